@@ -1,0 +1,83 @@
+"""The checkpoint coordinator on the driver: turns the control rows of an epoch's tasks into one
+committed checkpoint, or refuses the epoch when they do not describe one consistent cut."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.storage import Storage
+from keyspan.state import serde
+
+
+class InconsistentEpoch(RuntimeError):
+    """Two attempts of the same subtask both reached the driver: the epoch must run again."""
+
+
+def collect_control(rows: list[bytes]) -> dict[tuple[int, int], dict]:
+    """(stage, subtask) → that task's report, following forwarded upstream reports."""
+    reports: dict[tuple[int, int], dict] = {}
+    stack = list(rows)
+    seen = set()
+    while stack:
+        raw = stack.pop()
+        if raw in seen:
+            continue
+        seen.add(raw)
+        report = serde.loads(raw)
+        key = (report["stage"], report["subtask"])
+        known = reports.get(key)
+        if known is not None and known["token"] != report["token"]:
+            raise InconsistentEpoch(
+                f"stage {key[0]} subtask {key[1]}: attempts {known['token']} and {report['token']} both "
+                "fed this epoch's output")
+        reports[key] = report
+        stack.extend(report["upstream"])
+    return reports
+
+
+def next_manifest(previous: dict[str, list[dict]], new_handles: list[dict]) -> dict[str, list[dict]]:
+    """The state files a restore of this checkpoint needs: per key group, the newest full snapshot
+    and the deltas after it. Files fully shadowed by newer full snapshots drop out."""
+    manifest = {uid: list(handles) for uid, handles in previous.items()}
+    for h in new_handles:
+        manifest.setdefault(h["uid"], []).append(h)
+    for uid, handles in manifest.items():
+        newest_full: dict[int, int] = {}
+        for h in handles:
+            if h["kind"] == "full":
+                for kg in range(*h["kg"]):
+                    if newest_full.get(kg, -1) < h["epoch"]:
+                        newest_full[kg] = h["epoch"]
+        manifest[uid] = [h for h in handles if any(newest_full.get(kg, -1) <= h["epoch"] for kg in range(*h["kg"]))]
+    return manifest
+
+
+def manifest_paths(manifest: dict[str, list[dict]]) -> set[str]:
+    return {h["path"] for handles in manifest.values() for h in handles}
+
+
+class Retention:
+    """Keeps the last N checkpoints' files; deletes a file once no retained checkpoint lists it."""
+
+    def __init__(self, store: MetadataStore, storage: Storage, job_id: str, retained: int):
+        self.store = store
+        self.storage = storage
+        self.job_id = job_id
+        self.retained = retained
+        self.window: deque[tuple[int, set[str]]] = deque(
+            (c["epoch"], manifest_paths(c["manifest"])) for c in store.list_checkpoints(job_id, include_discarded=False))
+
+    def committed(self, epoch: int, manifest: dict) -> int:
+        self.window.append((epoch, manifest_paths(manifest)))
+        dropped = []
+        removed = 0
+        while len(self.window) > self.retained:
+            old_epoch, old_paths = self.window.popleft()
+            live = set().union(*(paths for _, paths in self.window))
+            for path in old_paths - live:
+                self.storage.delete(path)
+                removed += 1
+            dropped.append(old_epoch)
+        self.store.mark_discarded(self.job_id, dropped)
+        return removed

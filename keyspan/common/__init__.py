@@ -1,0 +1,9 @@
+"""PyFlink's ``pyflink.common`` names used by DataStream jobs."""
+
+from keyspan.common.time import Duration, Time
+from keyspan.common.typeinfo import Types
+from keyspan.common.types import Row
+from keyspan.common.serialization import Encoder, SimpleStringSchema
+from keyspan.common.configuration import Configuration
+
+__all__ = ["Row", "Types", "Duration", "Time", "Encoder", "SimpleStringSchema", "Configuration"]

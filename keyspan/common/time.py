@@ -1,0 +1,66 @@
+"""``Time`` and ``Duration`` as in PyFlink; both are kept as milliseconds."""
+
+from __future__ import annotations
+
+
+class Duration:
+    def __init__(self, millis: int):
+        self._millis = int(millis)
+
+    @staticmethod
+    def of_millis(millis: int) -> "Duration":
+        return Duration(millis)
+
+    @staticmethod
+    def of_seconds(seconds: int) -> "Duration":
+        return Duration(seconds * 1000)
+
+    @staticmethod
+    def of_minutes(minutes: int) -> "Duration":
+        return Duration(minutes * 60_000)
+
+    @staticmethod
+    def of_hours(hours: int) -> "Duration":
+        return Duration(hours * 3_600_000)
+
+    @staticmethod
+    def of_days(days: int) -> "Duration":
+        return Duration(days * 86_400_000)
+
+    @staticmethod
+    def zero() -> "Duration":
+        return Duration(0)
+
+    def to_milliseconds(self) -> int:
+        return self._millis
+
+    def __eq__(self, other):
+        return isinstance(other, Duration) and other._millis == self._millis
+
+    def __hash__(self):
+        return hash(self._millis)
+
+    def __repr__(self):
+        return f"Duration({self._millis} ms)"
+
+
+class Time(Duration):
+    @staticmethod
+    def milliseconds(millis: int) -> "Time":
+        return Time(millis)
+
+    @staticmethod
+    def seconds(seconds: int) -> "Time":
+        return Time(seconds * 1000)
+
+    @staticmethod
+    def minutes(minutes: int) -> "Time":
+        return Time(minutes * 60_000)
+
+    @staticmethod
+    def hours(hours: int) -> "Time":
+        return Time(hours * 3_600_000)
+
+    @staticmethod
+    def days(days: int) -> "Time":
+        return Time(days * 86_400_000)

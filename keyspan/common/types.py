@@ -1,0 +1,76 @@
+"""``Row``: PyFlink's record type for rows, a tuple with optional field names."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+
+class Row(tuple):
+    """``Row(1, 'a')`` or ``Row(id=1, name='a')``; fields by position and, when named, by name."""
+
+    _fields: tuple[str, ...] | None = None
+
+    def __new__(cls, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("Row takes positional or keyword values, not both")
+        if kwargs:
+            row = tuple.__new__(_named_row_class(tuple(kwargs)), kwargs.values())
+            return row
+        return tuple.__new__(cls, args)
+
+    @classmethod
+    def from_values(cls, fields, values):
+        return tuple.__new__(_named_row_class(tuple(fields)), values)
+
+    def as_dict(self, recursive: bool = False) -> dict:
+        if self._fields is None:
+            raise TypeError("cannot convert a Row without field names to a dict")
+        if not recursive:
+            return dict(zip(self._fields, self))
+        return {k: (v.as_dict(True) if isinstance(v, Row) and v._fields else v) for k, v in zip(self._fields, self)}
+
+    def get_fields_by_names(self, names):
+        d = self.as_dict()
+        return [d[n] for n in names]
+
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        fields = type(self)._fields
+        if fields is not None and item in fields:
+            return self[fields.index(item)]
+        raise AttributeError(f"Row has no field {item!r}")
+
+    def __getitem__(self, item):
+        if isinstance(item, str):
+            fields = type(self)._fields
+            if fields is None or item not in fields:
+                raise KeyError(item)
+            return tuple.__getitem__(self, fields.index(item))
+        return tuple.__getitem__(self, item)
+
+    def __reduce__(self):
+        if self._fields is not None:
+            return (Row.from_values, (self._fields, tuple(self)))
+        return (Row, tuple(self))
+
+    def __repr__(self):
+        if self._fields is not None:
+            return "Row(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
+        return "Row(" + ", ".join(repr(v) for v in self) + ")"
+
+
+_ROW_CLASSES: dict[tuple[str, ...], type] = {}
+
+
+def _named_row_class(fields: tuple[str, ...]) -> type:
+    """A Row subclass per field list, with fast attribute access by position."""
+    cls = _ROW_CLASSES.get(fields)
+    if cls is None:
+        namespace = {"_fields": fields, "__slots__": ()}
+        for i, name in enumerate(fields):
+            if name.isidentifier() and not hasattr(tuple, name) and not name.startswith("_"):
+                namespace[name] = property(itemgetter(i))
+        cls = type("Row", (Row,), namespace)
+        _ROW_CLASSES[fields] = cls
+    return cls

@@ -1,0 +1,86 @@
+"""Sinks whose records come back to the driver and are delivered after the epoch commits:
+``print()``, ``execute_and_collect()`` and ``add_sink(SinkFunction)``."""
+
+from __future__ import annotations
+
+import sys
+
+
+class DriverSink:
+    runs_in_task = False
+    name = "Driver Sink"
+
+    def deliver(self, records_by_subtask: dict[int, list], parallelism: int) -> None:
+        raise NotImplementedError
+
+
+class PrintSink(DriverSink):
+    name = "Print to Std. Out"
+
+    def __init__(self, sink_identifier: str | None = None):
+        self.sink_identifier = sink_identifier
+
+    def deliver(self, records_by_subtask, parallelism):
+        out = sys.stdout
+        for subtask in sorted(records_by_subtask):
+            prefix = ""
+            if self.sink_identifier:
+                prefix = self.sink_identifier + (f":{subtask + 1}> " if parallelism > 1 else "> ")
+            elif parallelism > 1:
+                prefix = f"{subtask + 1}> "
+            for record in records_by_subtask[subtask]:
+                out.write(f"{prefix}{record}\n")
+        out.flush()
+
+
+class CollectSink(DriverSink):
+    name = "Collect Sink"
+
+    def __init__(self):
+        self._results: list = []
+
+    def deliver(self, records_by_subtask, parallelism):
+        for subtask in sorted(records_by_subtask):
+            self._results.extend(records_by_subtask[subtask])
+
+    def results(self) -> list:
+        return list(self._results)
+
+
+class FunctionSink(DriverSink):
+    def __init__(self, sink_function):
+        self.sink_function = sink_function
+        self.name = type(sink_function).__name__
+        self._opened = False
+
+    def deliver(self, records_by_subtask, parallelism):
+        fn = self.sink_function
+        if not self._opened:
+            fn.open(None)
+            self._opened = True
+        for subtask in sorted(records_by_subtask):
+            for record in records_by_subtask[subtask]:
+                fn.invoke(record, None)
+
+
+class CloseableIterator:
+    """What PyFlink's ``execute_and_collect()`` returns: iterate it, or use it as a context manager."""
+
+    def __init__(self, results: list):
+        self._it = iter(results)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it = iter(())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,79 @@
+"""``CheckpointConfig``: how often epochs are checkpointed and how checkpoints are kept."""
+
+from __future__ import annotations
+
+
+class CheckpointingMode:
+    EXACTLY_ONCE = "EXACTLY_ONCE"
+    AT_LEAST_ONCE = "AT_LEAST_ONCE"
+
+
+class CheckpointConfig:
+    def __init__(self):
+        self.interval_ms = 0
+        self.enabled = False
+        self.mode = CheckpointingMode.EXACTLY_ONCE
+        self.storage_uri: str | None = None
+        self.num_retained = 3
+        self.tolerable_failures = 0
+        self.full_snapshot_interval = 16
+
+    def is_checkpointing_enabled(self) -> bool:
+        return self.enabled
+
+    def get_checkpoint_interval(self) -> int:
+        return self.interval_ms
+
+    def set_checkpoint_interval(self, checkpoint_interval: int) -> "CheckpointConfig":
+        if checkpoint_interval < 0:
+            raise ValueError("checkpoint interval must be >= 0 ms")
+        self.interval_ms = int(checkpoint_interval)
+        self.enabled = True
+        return self
+
+    def get_checkpointing_mode(self):
+        return self.mode
+
+    def set_checkpointing_mode(self, mode) -> "CheckpointConfig":
+        self.mode = mode
+        return self
+
+    def set_checkpoint_storage_dir(self, checkpoint_path: str) -> "CheckpointConfig":
+        self.storage_uri = checkpoint_path
+        return self
+
+    def get_checkpoint_storage_dir(self) -> str | None:
+        return self.storage_uri
+
+    def set_tolerable_checkpoint_failure_number(self, number: int) -> "CheckpointConfig":
+        self.tolerable_failures = int(number)
+        return self
+
+    def get_tolerable_checkpoint_failure_number(self) -> int:
+        return self.tolerable_failures
+
+    def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> "CheckpointConfig":
+        if max_concurrent_checkpoints != 1:
+            raise ValueError("keyspan checkpoints every epoch in order: max concurrent checkpoints is 1")
+        return self
+
+    def get_max_concurrent_checkpoints(self) -> int:
+        return 1
+
+    def set_num_retained_checkpoints(self, number: int) -> "CheckpointConfig":
+        """keyspan: how many completed checkpoints keep their files (Flink's state.checkpoints.num-retained)."""
+        if number < 1:
+            raise ValueError("at least one checkpoint must be retained")
+        self.num_retained = int(number)
+        return self
+
+    def get_num_retained_checkpoints(self) -> int:
+        return self.num_retained
+
+    def set_full_snapshot_interval(self, epochs: int) -> "CheckpointConfig":
+        """keyspan: each subtask writes a full snapshot every ``epochs`` epochs (staggered), deltas between,
+        so a restore reads at most that many files per key-group range."""
+        if epochs < 1:
+            raise ValueError("full snapshot interval must be >= 1 epoch")
+        self.full_snapshot_interval = int(epochs)
+        return self

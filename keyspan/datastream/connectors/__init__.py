@@ -1,0 +1,1 @@
+"""Connectors with PyFlink's module paths (``pyflink.datastream.connectors``)."""

@@ -1,0 +1,6 @@
+"""``FileSource`` / ``FileSink`` under PyFlink's module path ``pyflink.datastream.connectors.file_system``."""
+
+from keyspan.connectors.file_sink import FileSink, OutputFileConfig
+from keyspan.connectors.file_source import FileSource, StreamFormat
+
+__all__ = ["FileSink", "FileSource", "OutputFileConfig", "StreamFormat"]

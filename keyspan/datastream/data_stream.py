@@ -1,0 +1,310 @@
+"""``DataStream`` and ``KeyedStream`` with PyFlink's method names; each call adds a transformation."""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+from keyspan.common.types import Row
+from keyspan.datastream.functions import (
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+    RuntimeContext,
+    SinkFunction,
+)
+from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.runtime.graph import Transformation
+
+
+def _as_callable(func, method: str, interface: type):
+    if isinstance(func, interface):
+        return getattr(func, method)
+    if callable(func):
+        return func
+    raise TypeError(f"expected a {interface.__name__} or a callable, got {type(func).__name__}")
+
+
+class _FunctionAdapter(KeyedProcessFunction):
+    """Runs a Map/FlatMap/Filter/Reduce function as a KeyedProcessFunction, as PyFlink does."""
+
+    def __init__(self, func, method: str, interface: type):
+        self._func = func
+        self._call = _as_callable(func, method, interface)
+
+    def open(self, runtime_context: RuntimeContext):
+        if isinstance(self._func, interface_types()):
+            self._func.open(runtime_context)
+
+    def close(self):
+        if isinstance(self._func, interface_types()):
+            self._func.close()
+
+
+def interface_types():
+    return (MapFunction, FlatMapFunction, FilterFunction, ReduceFunction)
+
+
+class _KeyedMap(_FunctionAdapter):
+    def __init__(self, func):
+        super().__init__(func, "map", MapFunction)
+
+    def process_element(self, value, ctx):
+        yield self._call(value)
+
+
+class _KeyedFlatMap(_FunctionAdapter):
+    def __init__(self, func):
+        super().__init__(func, "flat_map", FlatMapFunction)
+
+    def process_element(self, value, ctx):
+        yield from self._call(value)
+
+
+class _KeyedFilter(_FunctionAdapter):
+    def __init__(self, func):
+        super().__init__(func, "filter", FilterFunction)
+
+    def process_element(self, value, ctx):
+        if self._call(value):
+            yield value
+
+
+class _KeyedReduce(_FunctionAdapter):
+    """Emits the running reduction per key after every element (PyFlink's streaming-mode reduce)."""
+
+    STATE = ValueStateDescriptor("_reduce_state")
+
+    def __init__(self, func):
+        super().__init__(func, "reduce", ReduceFunction)
+        self._state = None
+
+    def open(self, runtime_context: RuntimeContext):
+        super().open(runtime_context)
+        self._state = runtime_context.get_state(self.STATE)
+
+    def process_element(self, value, ctx):
+        current = self._state.value()
+        current = value if current is None else self._call(current, value)
+        self._state.update(current)
+        yield current
+
+
+def _field_getter(position):
+    if isinstance(position, str):
+        return lambda v: getattr(v, position) if not isinstance(v, dict) else v[position]
+    return lambda v: v[position]
+
+
+def _replace_field(value, position, new):
+    if isinstance(value, Row) and value._fields is not None:
+        idx = value._fields.index(position) if isinstance(position, str) else position
+        values = list(value)
+        values[idx] = new
+        return Row.from_values(value._fields, values)
+    if isinstance(value, (tuple, list)):
+        values = list(value)
+        values[position] = new
+        return type(value)(values) if not isinstance(value, Row) else Row(*values)
+    if isinstance(value, dict):
+        return {**value, position: new}
+    raise TypeError(f"cannot aggregate field {position!r} of a {type(value).__name__}")
+
+
+def _aggregation(kind: str, position):
+    """Flink's built-in aggregations: sum/min/max keep the first record's other fields, *_by keep the
+    whole winning record."""
+    get = _field_getter(position)
+
+    def scalar(a, b):
+        return {"sum": a + b, "min": min(a, b), "max": max(a, b)}[kind]
+
+    def reduce(acc, value):
+        if not isinstance(acc, (tuple, list, dict)):
+            if kind in ("min_by", "max_by"):
+                return value if (value < acc if kind == "min_by" else value > acc) else acc
+            return scalar(acc, value)
+        a, b = get(acc), get(value)
+        if kind == "min_by":
+            return value if b < a else acc
+        if kind == "max_by":
+            return value if b > a else acc
+        return _replace_field(acc, position, scalar(a, b))
+
+    return reduce
+
+
+class DataStream:
+    def __init__(self, env, transformation: Transformation):
+        self._env = env
+        self._t = transformation
+
+    def get_execution_environment(self):
+        return self._env
+
+    def get_name(self) -> str:
+        return self._t.name
+
+    def name(self, name: str) -> "DataStream":
+        self._t.name = name
+        return self
+
+    def uid(self, uid: str) -> "DataStream":
+        self._t.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> "DataStream":
+        if parallelism < 1:
+            raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+        self._t.parallelism = parallelism
+        return self
+
+    def get_type(self):
+        return self._t.output_type
+
+    def _add(self, kind: str, name: str, function=None, output_type=None, inputs=None, key_selector=None,
+             spec=None) -> Transformation:
+        return self._env._add_transformation(kind, name, inputs or [self._t], function=function,
+                                             output_type=output_type, key_selector=key_selector, spec=spec)
+
+    def map(self, func: Union[Callable, MapFunction], output_type=None) -> "DataStream":
+        _as_callable(func, "map", MapFunction)
+        return DataStream(self._env, self._add("map", "Map", func, output_type))
+
+    def flat_map(self, func: Union[Callable, FlatMapFunction], output_type=None) -> "DataStream":
+        _as_callable(func, "flat_map", FlatMapFunction)
+        return DataStream(self._env, self._add("flat_map", "FlatMap", func, output_type))
+
+    def filter(self, func: Union[Callable, FilterFunction]) -> "DataStream":
+        _as_callable(func, "filter", FilterFunction)
+        return DataStream(self._env, self._add("filter", "Filter", func, self._t.output_type))
+
+    def process(self, func: ProcessFunction, output_type=None) -> "DataStream":
+        if not isinstance(func, ProcessFunction):
+            raise TypeError("DataStream.process needs a ProcessFunction (use key_by(...).process for a "
+                            "KeyedProcessFunction)")
+        return DataStream(self._env, self._add("process", "Process", func, output_type))
+
+    def key_by(self, key_selector: Union[Callable, KeySelector], key_type=None) -> "KeyedStream":
+        selector = _as_callable(key_selector, "get_key", KeySelector)
+        return KeyedStream(self, selector, key_type)
+
+    def union(self, *streams: "DataStream") -> "DataStream":
+        inputs = [self._t] + [s._t for s in streams]
+        return DataStream(self._env, self._add("union", "Union", inputs=inputs, output_type=self._t.output_type))
+
+    def sink_to(self, sink) -> "DataStreamSink":
+        return DataStreamSink(self._add("sink", sink.name, spec=sink))
+
+    def add_sink(self, sink_func: SinkFunction) -> "DataStreamSink":
+        from keyspan.connectors.driver_sinks import FunctionSink
+
+        return self.sink_to(FunctionSink(sink_func))
+
+    def print(self, sink_identifier: str | None = None) -> "DataStreamSink":
+        from keyspan.connectors.driver_sinks import PrintSink
+
+        return self.sink_to(PrintSink(sink_identifier))
+
+    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
+        """Run the (bounded) job and return its results: a list with ``limit``, else a closeable iterator."""
+        from keyspan.connectors.driver_sinks import CollectSink, CloseableIterator
+
+        sink = CollectSink()
+        self.sink_to(sink)
+        self._env.execute(job_execution_name or "collect")
+        results = sink.results()
+        if limit is not None:
+            return results[:limit]
+        return CloseableIterator(results)
+
+
+class KeyedStream(DataStream):
+    def __init__(self, origin: DataStream, key_selector, key_type=None):
+        super().__init__(origin._env, origin._t)
+        self._origin = origin
+        self._key_selector = key_selector
+        self._key_type = key_type
+
+    def _keyed(self, function: KeyedProcessFunction, name: str, output_type=None) -> DataStream:
+        t = self._add("keyed_process", name, function, output_type, key_selector=self._key_selector)
+        return DataStream(self._env, t)
+
+    def process(self, func: KeyedProcessFunction, output_type=None) -> DataStream:
+        if not isinstance(func, KeyedProcessFunction):
+            raise TypeError("KeyedStream.process needs a KeyedProcessFunction")
+        return self._keyed(func, "KeyedProcess", output_type)
+
+    def map(self, func, output_type=None) -> DataStream:
+        return self._keyed(_KeyedMap(func), "Map", output_type)
+
+    def flat_map(self, func, output_type=None) -> DataStream:
+        return self._keyed(_KeyedFlatMap(func), "FlatMap", output_type)
+
+    def filter(self, func) -> DataStream:
+        return self._keyed(_KeyedFilter(func), "Filter", self._t.output_type)
+
+    def reduce(self, func) -> DataStream:
+        return self._keyed(_KeyedReduce(func), "Reduce", self._t.output_type)
+
+    def sum(self, position_to_sum: Union[int, str] = 0) -> DataStream:
+        return self._keyed(_KeyedReduce(_aggregation("sum", position_to_sum)), "Sum", self._t.output_type)
+
+    def min(self, position_to_min: Union[int, str] = 0) -> DataStream:
+        return self._keyed(_KeyedReduce(_aggregation("min", position_to_min)), "Min", self._t.output_type)
+
+    def max(self, position_to_max: Union[int, str] = 0) -> DataStream:
+        return self._keyed(_KeyedReduce(_aggregation("max", position_to_max)), "Max", self._t.output_type)
+
+    def min_by(self, position_to_min_by: Union[int, str] = 0) -> DataStream:
+        return self._keyed(_KeyedReduce(_aggregation("min_by", position_to_min_by)), "MinBy", self._t.output_type)
+
+    def max_by(self, position_to_max_by: Union[int, str] = 0) -> DataStream:
+        return self._keyed(_KeyedReduce(_aggregation("max_by", position_to_max_by)), "MaxBy", self._t.output_type)
+
+    def key_by(self, key_selector, key_type=None) -> "KeyedStream":
+        return self._origin.key_by(key_selector, key_type)
+
+    def _values(self) -> DataStream:
+        return self.map(lambda value: value, self._t.output_type).name("_keyed_stream_values_operator")
+
+    def sink_to(self, sink):
+        return self._values().sink_to(sink)
+
+    def add_sink(self, sink_func):
+        return self._values().add_sink(sink_func)
+
+    def print(self, sink_identifier=None):
+        return self._values().print(sink_identifier)
+
+    def union(self, *streams):
+        return self._values().union(*streams)
+
+    def name(self, name):
+        raise Exception("Set name for KeyedStream is not supported.")
+
+    def uid(self, uid):
+        raise Exception("Set uid for KeyedStream is not supported.")
+
+    def set_parallelism(self, parallelism):
+        raise Exception("Set parallelism for KeyedStream is not supported.")
+
+
+class DataStreamSink:
+    def __init__(self, transformation: Transformation):
+        self._t = transformation
+
+    def name(self, name: str) -> "DataStreamSink":
+        self._t.name = name
+        return self
+
+    def uid(self, uid: str) -> "DataStreamSink":
+        self._t.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> "DataStreamSink":
+        self._t.parallelism = parallelism
+        return self

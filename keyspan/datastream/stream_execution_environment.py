@@ -1,0 +1,142 @@
+"""``StreamExecutionEnvironment``: builds the job graph; ``execute`` runs it on Spark."""
+
+from __future__ import annotations
+
+import itertools
+
+from keyspan.datastream.checkpoint_config import CheckpointConfig
+from keyspan.datastream.data_stream import DataStream
+from keyspan.runtime import options as run_options
+from keyspan.runtime.graph import Transformation
+from keyspan.state.heap import HashMapStateBackend
+from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
+
+
+class JobExecutionResult:
+    def __init__(self, job_id: str, job_name: str, net_runtime_ms: int, epochs: int, records: int,
+                 last_checkpoint: int | None):
+        self._job_id = job_id
+        self._job_name = job_name
+        self._net_runtime = net_runtime_ms
+        self.epochs = epochs
+        self.records = records
+        self.last_checkpoint = last_checkpoint
+
+    def get_job_id(self) -> str:
+        return self._job_id
+
+    def get_job_name(self) -> str:
+        return self._job_name
+
+    def get_net_runtime(self) -> int:
+        return self._net_runtime
+
+    def __repr__(self):
+        return (f"JobExecutionResult(job={self._job_id!r}, epochs={self.epochs}, records={self.records}, "
+                f"last_checkpoint={self.last_checkpoint}, runtime_ms={self._net_runtime})")
+
+
+class StreamExecutionEnvironment:
+    def __init__(self):
+        self._transformations: list[Transformation] = []
+        self._ids = itertools.count(1)
+        self._parallelism = 1
+        self._max_parallelism = DEFAULT_MAX_PARALLELISM
+        self._checkpoint_config = CheckpointConfig()
+        self._state_backend = HashMapStateBackend()
+        self._max_records_per_epoch: int | None = None
+        self._spark = None
+
+    @staticmethod
+    def get_execution_environment(configuration=None) -> "StreamExecutionEnvironment":
+        env = StreamExecutionEnvironment()
+        if configuration is not None:
+            parallelism = configuration.get_integer("parallelism.default", 0)
+            if parallelism:
+                env.set_parallelism(parallelism)
+        return env
+
+    # configuration ------------------------------------------------------------------------
+    def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        if parallelism < 1:
+            raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+        self._parallelism = int(parallelism)
+        return self
+
+    def get_parallelism(self) -> int:
+        override = run_options.current().parallelism
+        return override or self._parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
+        check_parallelism(1, max_parallelism)
+        self._max_parallelism = int(max_parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._max_parallelism
+
+    def enable_checkpointing(self, interval: int, mode=None) -> "StreamExecutionEnvironment":
+        self._checkpoint_config.set_checkpoint_interval(interval)
+        if mode is not None:
+            self._checkpoint_config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return self._checkpoint_config
+
+    def get_checkpoint_interval(self) -> int:
+        return self._checkpoint_config.interval_ms
+
+    def set_state_backend(self, state_backend) -> "StreamExecutionEnvironment":
+        self._state_backend = state_backend
+        return self
+
+    def get_state_backend(self):
+        return self._state_backend
+
+    def set_max_records_per_epoch(self, records: int) -> "StreamExecutionEnvironment":
+        """keyspan: cap how many records a keyspan source admits per epoch (micro-batch)."""
+        if records < 1:
+            raise ValueError("max records per epoch must be >= 1")
+        self._max_records_per_epoch = int(records)
+        return self
+
+    def set_spark_session(self, spark) -> "StreamExecutionEnvironment":
+        """keyspan: run on this SparkSession instead of the active (or a new local) one."""
+        self._spark = spark
+        return self
+
+    # sources ---------------------------------------------------------------------------
+    def _add_transformation(self, kind, name, inputs, function=None, output_type=None, key_selector=None,
+                            spec=None) -> Transformation:
+        t = Transformation(next(self._ids), kind, name, list(inputs), function=function, key_selector=key_selector,
+                           output_type=output_type, spec=spec)
+        self._transformations.append(t)
+        return t
+
+    def from_collection(self, collection, type_info=None) -> DataStream:
+        from keyspan.connectors.sources import CollectionSource
+
+        spec = CollectionSource(list(collection), type_info)
+        return DataStream(self, self._add_transformation("source", "Collection Source", [], output_type=type_info,
+                                                         spec=spec))
+
+    def from_source(self, source, watermark_strategy=None, source_name: str = "Source", type_info=None) -> DataStream:
+        t = self._add_transformation("source", source_name, [], output_type=type_info, spec=source)
+        t.spec.watermark_strategy = watermark_strategy
+        return DataStream(self, t)
+
+    def from_spark(self, dataframe, source_name: str = "Spark Source") -> DataStream:
+        """keyspan: any Spark streaming DataFrame becomes a DataStream of ``Row`` records."""
+        from keyspan.connectors.sources import SparkSource
+
+        if not dataframe.isStreaming:
+            raise ValueError("from_spark needs a streaming DataFrame (spark.readStream...); "
+                             "use from_collection for bounded in-memory data")
+        return DataStream(self, self._add_transformation("source", source_name, [], spec=SparkSource(dataframe)))
+
+    # execution -------------------------------------------------------------------------
+    def execute(self, job_name: str | None = None) -> JobExecutionResult:
+        from keyspan.runtime.executor import JobRunner
+
+        return JobRunner(self, job_name or "keyspan-job", run_options.current()).run()

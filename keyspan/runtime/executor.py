@@ -1,0 +1,404 @@
+"""Runs a job on Spark Structured Streaming: every micro-batch is an epoch, every epoch a checkpoint.
+
+Inside ``foreachBatch`` the driver builds the epoch's plan from the batch DataFrame, runs it with
+one ``collect`` that returns only control rows (and driver-sink records), commits the checkpoint in
+the metadata store, and only then publishes sink output. An epoch that Spark replays after a crash
+is recognised by its id and skipped if it already committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from functools import reduce
+
+from keyspan.checkpoint.coordinator import InconsistentEpoch, Retention, collect_control, next_manifest
+from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.storage import Storage
+from keyspan.connectors.sources import KeyspanSource, SparkSource, source_dataframe
+from keyspan.runtime import session as spark_session
+from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, compile_graph
+from keyspan.runtime.task import OUTPUT_DDL, UserFunctionError, make_stage_function
+from keyspan.state import serde
+from keyspan.state.keygroups import check_parallelism
+
+EPOCH_ATTEMPTS = 3
+
+
+class JobExecutionError(RuntimeError):
+    """The job failed; nothing of the failing epoch was committed or published."""
+
+
+def job_id_for(name: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "job"
+    return slug[:120]
+
+
+def code_version(path: str | None) -> str | None:
+    if not path or not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def _job_file(options) -> str | None:
+    if options.job_file:
+        return os.path.abspath(options.job_file)
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.abspath(path) if path else None
+
+
+class Progress:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.started = time.time()
+        self.epochs = 0
+        self.records = 0
+        self.last_checkpoint = None
+        self.skipped = 0
+
+    def line(self) -> str:
+        elapsed = max(time.time() - self.started, 1e-9)
+        return (f"epochs {self.epochs}  records {self.records:,}  {self.records / elapsed:,.0f} rec/s  "
+                f"last checkpoint {self.last_checkpoint if self.last_checkpoint is not None else '-'}")
+
+    def update(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + self.line() + "   ")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + self.line() + "\n")
+            sys.stderr.flush()
+
+
+class JobRunner:
+    def __init__(self, env, job_name: str, options):
+        self.env = env
+        self.job_name = job_name
+        self.options = options
+        self.job_id = job_id_for(job_name)
+        self.parallelism = env.get_parallelism()
+        self.max_parallelism = env.get_max_parallelism()
+        check_parallelism(self.parallelism, self.max_parallelism)
+        self.checkpoint_config = env.get_checkpoint_config()
+        self.store = MetadataStore(options.metadata())
+        root = self.checkpoint_config.get_checkpoint_storage_dir() or options.checkpoint_root()
+        self.storage = Storage(root).child(self.job_id)
+        self.job_file = _job_file(options)
+        self.code_version = code_version(self.job_file)
+        self.progress = Progress(options.progress)
+        self.failure: BaseException | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _start_fresh(self) -> None:
+        self.store.forget_job(self.job_id)
+        self.storage.delete("", recursive=True)
+        shutil.rmtree(self._spark_dir_root(), ignore_errors=True)
+
+    def _spark_dir_root(self) -> str:
+        return os.path.join(os.path.abspath(self.options.workdir), "spark", self.job_id)
+
+    def _choose_run(self, latest_checkpoint):
+        """Resume the last run while its Spark offset log exists; otherwise start a new run that
+        continues after the latest committed checkpoint."""
+        run = self.store.latest_run(self.job_id)
+        if run and os.path.isdir(run["spark_checkpoint"]) and run["parallelism"] == self.parallelism:
+            self.store.resume_run(run["run_id"])
+            return run, False
+        run_id = uuid.uuid4().hex[:12]
+        base = latest_checkpoint["epoch"] + 1 if latest_checkpoint else 0
+        spark_dir = os.path.join(self._spark_dir_root(), run_id)
+        restored = f"checkpoint:{latest_checkpoint['epoch']}" if latest_checkpoint else None
+        self.store.start_run(run_id, self.job_id, self.parallelism, base, spark_dir, restored, self.code_version)
+        return self.store.latest_run(self.job_id), True
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self):
+        from keyspan.datastream.stream_execution_environment import JobExecutionResult
+
+        started = time.time()
+        plan = compile_graph(self.env._transformations, self.parallelism, self.max_parallelism)
+        self.plan = plan
+        if self.options.fresh:
+            self._start_fresh()
+        self.store.register_job(self.job_id, self.job_name, self.job_file, self.code_version, self.max_parallelism)
+        latest = self.store.latest_checkpoint(self.job_id)
+        if latest is not None and latest["max_parallelism"] != self.max_parallelism:
+            raise JobExecutionError(
+                f"job '{self.job_id}': checkpoint {latest['epoch']} was written with max parallelism "
+                f"{latest['max_parallelism']}, the job now asks for {self.max_parallelism}. Max parallelism "
+                "fixes the key groups for the life of the state; keep it, or start over with --fresh.")
+        self.run_info, new_run = self._choose_run(latest)
+        if latest is not None:
+            print(f"keyspan: resuming job '{self.job_id}' from checkpoint {latest['epoch']} "
+                  f"(epoch {latest['epoch']}, {latest['records']} records in that epoch, state at "
+                  f"{self.storage.uri})", file=sys.stderr)
+        self.committed = latest
+        self.parallel_changed = latest is not None and latest["parallelism"] != self.parallelism
+        self._publish_pending()
+        self.retention = Retention(self.store, self.storage, self.job_id, self.checkpoint_config.num_retained)
+        self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
+
+        spark = self.env._spark or spark_session.get_or_create_spark(self.parallelism, self.options.spark_master)
+        spark_session.prepare_session(spark)
+        self.spark = spark
+        offsets = latest["source_offsets"] if (latest and new_run) else None
+        stream = self._source_stream(spark, offsets)
+        writer = stream.writeStream.foreachBatch(self._run_epoch).option(
+            "checkpointLocation", self.run_info["spark_checkpoint"]).queryName(f"keyspan-{self.job_id}")
+        bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
+        if bounded:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.checkpoint_config.interval_ms} milliseconds")
+        query = writer.start()
+        self.query = query
+        try:
+            while query.isActive:
+                query.awaitTermination(0.5)
+                self.progress.update()
+            query.awaitTermination()
+        except Exception as exc:  # noqa: BLE001 — reported below with the stored cause
+            self._fail(exc)
+        finally:
+            self.progress.done()
+        if self.failure is not None:
+            self._fail(self.failure)
+        self.store.end_run(self.run_info["run_id"], "FINISHED" if bounded else "STOPPED")
+        last = self.committed["epoch"] if self.committed else None
+        return JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
+                                  self.progress.epochs, self.progress.records, last)
+
+    def stop(self) -> None:
+        self.query.stop()
+
+    def _fail(self, exc: BaseException):
+        self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+        text = str(exc)
+        if UserFunctionError.MARKER in text:
+            line = text[text.index(UserFunctionError.MARKER) + len(UserFunctionError.MARKER):].splitlines()[0]
+            raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
+                                    "was committed.") from None
+        if isinstance(exc, JobExecutionError):
+            raise exc
+        raise JobExecutionError(f"job '{self.job_id}' failed: {type(exc).__name__}: {text[:4000]}") from exc
+
+    def _source_stream(self, spark, offsets):
+        """One streaming DataFrame for the whole job: several sources are unioned and told apart by
+        a ``_ks_src`` column, so every source advances in the same micro-batch (one consistent cut)."""
+        self.source_columns = {}
+        frames = []
+        for i, t in enumerate(self.plan.sources):
+            if isinstance(t.spec, SparkSource):
+                df = t.spec.dataframe
+            elif isinstance(t.spec, KeyspanSource):
+                uid = next(o["uid"] for o in self.plan.operators if o["stage"] == self._stage_of_source(t))
+                reader = t.spec.reader(self.storage, uid)
+                start = offsets.get(str(i)) if offsets else None
+                df = source_dataframe(spark, reader, self.parallelism, self.env._max_records_per_epoch, start)
+            else:
+                raise TypeError(f"source '{t.name}' is not a keyspan source or Spark DataFrame: {t.spec!r}")
+            self.source_columns[t.id] = df.columns
+            frames.append((t, df))
+        if len(frames) == 1:
+            self.multi_source = False
+            return frames[0][1]
+        from pyspark.sql import functions as F
+
+        self.multi_source = True
+        self.source_index = {t.id: i for i, (t, _) in enumerate(frames)}
+        tagged = [df.withColumn("_ks_src", F.lit(i)) for i, (_, df) in enumerate(frames)]
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+
+    def _stage_of_source(self, t) -> int:
+        return next(s.plan.stage_id for s in self.plan.stages if s.source is t)
+
+    def _source_batch(self, batch_df, t):
+        if not self.multi_source:
+            return batch_df
+        from pyspark.sql import functions as F
+
+        return batch_df.filter(F.col("_ks_src") == self.source_index[t.id]).select(*self.source_columns[t.id])
+
+    # -- one epoch ---------------------------------------------------------------------------------
+    def _run_epoch(self, batch_df, batch_id: int) -> None:
+        try:
+            epoch = self.run_info["epoch_base"] + batch_id
+            if self.committed is not None and epoch <= self.committed["epoch"]:
+                self.progress.skipped += 1
+                return  # replayed by Spark after a crash; this epoch already committed
+            offsets = self._read_offsets(batch_id)
+            for attempt in range(EPOCH_ATTEMPTS):
+                try:
+                    rows = self._execute_epoch(batch_df, epoch)
+                    reports = collect_control([r for r in rows["control"]])
+                    self._check_complete(reports)
+                    break
+                except InconsistentEpoch:
+                    if attempt == EPOCH_ATTEMPTS - 1:
+                        raise
+            self._commit(epoch, offsets, reports, rows["driver"])
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def _execute_epoch(self, batch_df, epoch: int) -> dict:
+        from pyspark.sql import functions as F
+
+        plan = self.plan
+        committed = self.committed
+        ectx = {
+            "run_id": self.run_info["run_id"],
+            "epoch": epoch,
+            "committed_epoch": committed["epoch"] if committed else -1,
+            "committed_tokens": committed["tokens"] if committed else {},
+            "manifest": committed["manifest"] if committed else {},
+            "storage": self.storage,
+            "backend": self.env.get_state_backend(),
+            "full_interval": self.checkpoint_config.full_snapshot_interval,
+            "full_all": self.parallel_changed,
+        }
+        outputs = {}
+        consumers = {s.plan.stage_id: 0 for s in plan.stages}
+        for s in plan.stages:
+            for up, _ in s.inputs:
+                consumers[up] += 1
+            if not s.plan.has_downstream or any(e.kind == "driver" for e in s.plan.exits):
+                consumers[s.plan.stage_id] += 1
+        persisted = []
+        for s in plan.stages:
+            p = s.plan
+            if p.input_format == "pushed_down":
+                continue
+            if s.source is not None:
+                in_df = self._source_batch(batch_df, s.source)
+            elif p.input_format == "typed_keyed":
+                src = self._source_batch(batch_df, s.pushdown_source)
+                kg = F.pmod(F.xxhash64(*[_jvm_key_column(src, c) for c in s.pushdown_columns]),
+                            F.lit(self.max_parallelism)).cast("int")
+                in_df = (src.withColumn("_ks_kg", kg)
+                         .withColumn("_ks_sub", F.expr(f"CAST(_ks_kg * {p.parallelism} DIV {p.max_parallelism} AS INT)"))
+                         .repartitionById(p.parallelism, "_ks_sub"))
+            else:
+                parts = [outputs[up].filter(F.col("_ks_exit") == exit_id) for up, exit_id in s.inputs]
+                in_df = reduce(lambda a, b: a.union(b), parts).repartitionById(p.parallelism, "_ks_sub")
+            code, digest = self.stage_code[p.stage_id]
+            out = in_df.mapInArrow(make_stage_function(code, digest, ectx), OUTPUT_DDL)
+            if consumers[p.stage_id] > 1:
+                out = out.persist()
+                persisted.append(out)
+            outputs[p.stage_id] = out
+        finals = []
+        for s in plan.stages:
+            if s.plan.stage_id not in outputs:
+                continue
+            out = outputs[s.plan.stage_id]
+            if not s.plan.has_downstream:
+                finals.append(out)
+            elif any(e.kind == "driver" for e in s.plan.exits):
+                finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
+        final = reduce(lambda a, b: a.union(b), finals)
+        try:
+            result = final.select("_ks_exit", "_ks_sub", "_ks_ctl", "payload").collect()
+        finally:
+            for df in persisted:
+                df.unpersist()
+        control, driver = [], []
+        for row in result:
+            if row["_ks_exit"] == CONTROL_EXIT:
+                control.append(bytes(row["_ks_ctl"]))
+            elif row["_ks_exit"] == DRIVER_EXIT:
+                driver.append((row["_ks_sub"], bytes(row["payload"])))
+        return {"control": control, "driver": driver}
+
+    def _check_complete(self, reports) -> None:
+        for s in self.plan.stages:
+            if s.source is not None or s.plan.input_format == "pushed_down":
+                continue
+            missing = [i for i in range(s.plan.parallelism) if (s.plan.stage_id, i) not in reports]
+            if missing:
+                raise InconsistentEpoch(f"stage {s.plan.stage_id}: no report from subtasks {missing}")
+
+    def _read_offsets(self, batch_id: int) -> dict | None:
+        path = os.path.join(self.run_info["spark_checkpoint"], "offsets", str(batch_id))
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None
+        offsets = {}
+        for i, line in enumerate(lines[2:]):
+            offsets[str(i)] = json.loads(line) if line and line != "-" else None
+        return offsets
+
+    def _commit(self, epoch: int, offsets, reports: dict, driver_rows) -> None:
+        handles, tokens, sinks = [], {}, {}
+        records = 0
+        bytes_written = 0
+        for (stage_id, _), report in reports.items():
+            handles.extend(report["handles"])
+            tokens.update(report["tokens"])
+            for h in report["sinks"]:
+                sinks.setdefault(h["sink"], []).append(h)
+            if self.plan.stages[stage_id].source is not None or self.plan.stages[stage_id].plan.input_format == "typed_keyed":
+                records += report["records"]
+            bytes_written += sum(h["bytes"] for h in report["handles"])
+        previous = self.committed["manifest"] if self.committed else {}
+        manifest = next_manifest(previous, handles)
+        self.store.commit_checkpoint(
+            job_id=self.job_id, epoch=epoch, run_id=self.run_info["run_id"], parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism, source_offsets=offsets, manifest=manifest, tokens=tokens,
+            sinks=sinks, operators=self.plan.operators, bytes_written=bytes_written, records=records,
+            restored_from=self.run_info["restored_from"], code_version=self.code_version)
+        self.committed = self.store.get_checkpoint(self.job_id, epoch)
+        self.parallel_changed = False
+        self._publish(self.committed)
+        self._deliver(driver_rows)
+        self.retention.committed(epoch, manifest)
+        self.progress.epochs += 1
+        self.progress.records += records
+        self.progress.last_checkpoint = epoch
+
+    def _publish(self, checkpoint: dict) -> None:
+        for uid, handles in checkpoint["sinks"].items():
+            sink = self.plan.task_sinks.get(uid)
+            if sink is None:
+                raise JobExecutionError(f"checkpoint {checkpoint['epoch']} has output of sink '{uid}', which is no "
+                                        "longer in the job; it cannot be published")
+            sink.publish(handles)
+        self.store.mark_published(self.job_id, checkpoint["epoch"])
+
+    def _publish_pending(self) -> None:
+        """Output of checkpoints that committed just before a crash is published on restart."""
+        for checkpoint in self.store.unpublished_checkpoints(self.job_id):
+            self._publish(checkpoint)
+
+    def _deliver(self, driver_rows) -> None:
+        by_sink: dict[int, dict[int, list]] = {}
+        for subtask, payload in driver_rows:
+            sink_index, records = serde.loads(payload)
+            by_sink.setdefault(sink_index, {}).setdefault(subtask, []).extend(records)
+        for sink_index, records_by_subtask in by_sink.items():
+            self.plan.driver_sinks[sink_index].deliver(records_by_subtask, self.parallelism)
+
+
+def _jvm_key_column(df, name):
+    """Cast so Spark's xxhash64 sees the same bytes stable_hash hashes for the Python value."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    dtype = df.schema[name].dataType
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+        return F.col(name).cast("long")
+    if isinstance(dtype, T.FloatType):
+        return F.col(name).cast("double")
+    return F.col(name)

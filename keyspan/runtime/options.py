@@ -1,0 +1,40 @@
+"""Run options that come from outside the job file: the CLI, environment variables, defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunOptions:
+    workdir: str = field(default_factory=lambda: os.environ.get("KEYSPAN_HOME", os.path.join(os.getcwd(), ".keyspan")))
+    parallelism: int | None = None
+    checkpoint_dir: str | None = None
+    metadata_url: str | None = field(default_factory=lambda: os.environ.get("KEYSPAN_METADATA_URL"))
+    fresh: bool = False
+    job_file: str | None = None
+    progress: bool = False
+    spark_master: str | None = field(default_factory=lambda: os.environ.get("KEYSPAN_SPARK_MASTER"))
+
+    def checkpoint_root(self) -> str:
+        return self.checkpoint_dir or os.environ.get("KEYSPAN_CHECKPOINT_DIR") or \
+            "file://" + os.path.join(os.path.abspath(self.workdir), "checkpoints")
+
+    def metadata(self) -> str:
+        from keyspan.checkpoint.metadata import default_url
+
+        return self.metadata_url or default_url(self.workdir)
+
+
+_current = RunOptions()
+
+
+def current() -> RunOptions:
+    return _current
+
+
+def install(options: RunOptions) -> None:
+    """The CLI installs its options before running the job file."""
+    global _current
+    _current = options

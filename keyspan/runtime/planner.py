@@ -1,0 +1,275 @@
+"""Compiles the logical graph into stages: chains of operators that run in one Spark task, joined by
+exchanges (a keyed exchange routes each record to the subtask owning its key group).
+
+A stage is one ``mapInArrow`` over its input; an exchange is ``repartitionById`` on the target
+subtask that the upstream stage computed. When a keyed operator reads a typed Spark source
+directly and its key selector only picks columns, the key group is computed in the JVM with
+``xxhash64`` (the same hash as ``stable_hash``) and no Python runs before the shuffle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from keyspan.connectors.sources import SparkSource
+from keyspan.runtime.graph import Transformation, assign_uids
+from keyspan.state import serde
+
+DRIVER_EXIT = -1
+CONTROL_EXIT = -2
+
+
+@dataclass
+class ExitSpec:
+    exit_id: int
+    kind: str  # keyed | rebalance | driver
+    consumer_stage: int | None = None
+    consumer_parallelism: int = 1
+    key_selector: Any = None
+
+
+@dataclass
+class OpSpec:
+    index: int
+    uid: str
+    uid_generated: bool
+    name: str
+    kind: str  # source | map | flat_map | filter | process | keyed_process | sink | driver_sink
+    function: Any = None
+    sink: Any = None
+    driver_sink_index: int | None = None
+    outputs: list = field(default_factory=list)  # ("op", index) | ("exit", exit_id)
+
+
+@dataclass
+class StagePlan:
+    """What a task needs to run its stage; pickled once per epoch and cached by digest in workers."""
+
+    stage_id: int
+    parallelism: int
+    max_parallelism: int
+    input_format: str  # chunks | typed | exchange | typed_keyed
+    entry: list[int]
+    ops: list[OpSpec]
+    exits: list[ExitSpec]
+    keyed: bool = False
+    key_selector: Any = None
+    typed_fields: list[str] | None = None
+
+    @property
+    def has_downstream(self) -> bool:
+        return any(e.kind != "driver" for e in self.exits)
+
+
+@dataclass
+class Stage:
+    plan: StagePlan
+    source: Transformation | None = None
+    inputs: list[tuple[int, int]] = field(default_factory=list)  # (upstream stage, exit id)
+    pushdown_columns: list[str] | None = None  # typed_keyed: key columns hashed in the JVM
+    pushdown_source: Transformation | None = None
+
+
+@dataclass
+class PhysicalPlan:
+    stages: list[Stage]
+    sources: list[Transformation]
+    driver_sinks: list[Any]
+    task_sinks: dict[str, Any]
+    operators: list[dict]  # uid, name, kind, generated — recorded in every checkpoint
+
+    def stage(self, stage_id: int) -> Stage:
+        return self.stages[stage_id]
+
+    def digest(self, stage_id: int) -> tuple[bytes, str]:
+        data = serde.dumps_function(self.stages[stage_id].plan)
+        return data, hashlib.sha256(data).hexdigest()
+
+
+class _FieldRef:
+    def __init__(self, name):
+        self.name = name
+
+
+class _RowProbe:
+    """Stands in for a record to find out whether a key selector only picks columns."""
+
+    def __init__(self, names):
+        self._names = list(names)
+
+    def __getitem__(self, item):
+        if isinstance(item, int) and -len(self._names) <= item < len(self._names):
+            return _FieldRef(self._names[item])
+        if isinstance(item, str) and item in self._names:
+            return _FieldRef(item)
+        raise KeyError(item)
+
+    def __getattr__(self, item):
+        if item.startswith("_"):
+            raise AttributeError(item)
+        if item in self._names:
+            return _FieldRef(item)
+        raise AttributeError(item)
+
+
+def key_columns(selector, names: list[str]) -> list[str] | None:
+    try:
+        result = selector(_RowProbe(names))
+    except Exception:  # noqa: BLE001 — any other selector runs in Python
+        return None
+    if isinstance(result, _FieldRef):
+        return [result.name]
+    if isinstance(result, tuple) and result and all(isinstance(r, _FieldRef) for r in result):
+        return [r.name for r in result]
+    return None
+
+
+def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int
+                  ) -> PhysicalPlan:
+    if not any(t.kind == "sink" for t in transformations):
+        raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
+    uids = assign_uids(transformations)
+    by_id = {t.id: t for t in transformations}
+    consumers: dict[int, list[Transformation]] = defaultdict(list)
+    for t in transformations:
+        for i in t.inputs:
+            consumers[i.id].append(t)
+
+    def parallelism(t: Transformation) -> int:
+        if t.parallelism:
+            return t.parallelism
+        if t.kind == "sink" and t.inputs and len(physical_inputs(t)) == 1:
+            return parallelism(physical_inputs(t)[0])
+        return default_parallelism
+
+    def physical_inputs(t: Transformation) -> list[Transformation]:
+        out = []
+        for i in t.inputs:
+            out.extend(physical_inputs(i) if i.kind == "union" else [i])
+        return out
+
+    def physical_consumers(t: Transformation) -> list[Transformation]:
+        out = []
+        for c in consumers[t.id]:
+            out.extend(physical_consumers(c) if c.kind == "union" else [c])
+        return out
+
+    def chained(t: Transformation) -> bool:
+        ins = physical_inputs(t)
+        return (not t.keyed and len(ins) == 1 and len(t.inputs) == 1 and t.inputs[0].kind != "union"
+                and parallelism(t) == parallelism(ins[0]))
+
+    stages: list[Stage] = []
+    stage_of: dict[int, int] = {}
+    op_index: dict[int, int] = {}
+    driver_sinks: list = []
+    task_sinks: dict[str, Any] = {}
+    operators: list[dict] = []
+
+    def new_stage(t: Transformation, input_format: str) -> Stage:
+        plan = StagePlan(len(stages), parallelism(t), max_parallelism, input_format, [], [], [], keyed=t.keyed,
+                         key_selector=t.key_selector)
+        stage = Stage(plan)
+        stages.append(stage)
+        return stage
+
+    def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
+        uid, generated = uids[t.id]
+        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=t.function)
+        if kind == "sink":
+            if t.spec.runs_in_task:
+                op.sink = t.spec
+                task_sinks[uid] = t.spec
+            else:
+                op.kind = "driver_sink"
+                op.driver_sink_index = len(driver_sinks)
+                driver_sinks.append(t.spec)
+        stage.plan.ops.append(op)
+        stage_of[t.id] = stage.plan.stage_id
+        op_index[t.id] = op.index
+        operators.append({"uid": uid, "name": t.name, "kind": op.kind, "generated": generated,
+                          "stage": stage.plan.stage_id})
+        return op
+
+    for t in sorted(transformations, key=lambda t: t.id):
+        if t.kind == "union":
+            continue
+        if t.kind == "source":
+            stage = new_stage(t, "typed" if isinstance(t.spec, SparkSource) else "chunks")
+            stage.source = t
+            add_op(stage, t, "source")
+            stage.plan.entry.append(0)
+        elif chained(t):
+            stage = stages[stage_of[physical_inputs(t)[0].id]]
+            add_op(stage, t, t.kind)
+        else:
+            stage = new_stage(t, "exchange")
+            add_op(stage, t, t.kind)
+            stage.plan.entry.append(0)
+
+    # wire outputs: chained consumers are ops in the same stage, the rest leave through exits
+    for t in sorted(transformations, key=lambda t: t.id):
+        if t.kind == "union" or t.id not in stage_of:
+            continue
+        stage = stages[stage_of[t.id]]
+        op = stage.plan.ops[op_index[t.id]]
+        if op.kind == "driver_sink":
+            _driver_exit(stage)
+        for c in physical_consumers(t):
+            if stage_of.get(c.id) == stage.plan.stage_id and chained(c):
+                op.outputs.append(("op", op_index[c.id]))
+                continue
+            target = stages[stage_of[c.id]]
+            exit_spec = ExitSpec(len(stage.plan.exits), "keyed" if c.keyed else "rebalance",
+                                 target.plan.stage_id, target.plan.parallelism,
+                                 c.key_selector if c.keyed else None)
+            stage.plan.exits.append(exit_spec)
+            op.outputs.append(("exit", exit_spec.exit_id))
+            target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))
+
+    _push_down_key_columns(stages)
+    sources = [t for t in transformations if t.kind == "source"]
+    return PhysicalPlan(stages, sources, driver_sinks, task_sinks, operators)
+
+
+def _driver_exit(stage: Stage) -> None:
+    """Driver sinks buffer in the task and leave as DRIVER_EXIT rows; the exit marks the stage for it."""
+    if not any(e.kind == "driver" for e in stage.plan.exits):
+        stage.plan.exits.append(ExitSpec(DRIVER_EXIT, "driver"))
+
+
+def _push_down_key_columns(stages: list[Stage]) -> None:
+    """A typed source whose only consumer is keyed by plain columns needs no Python stage."""
+    for stage in stages:
+        plan = stage.plan
+        if stage.source is None or plan.input_format != "typed" or len(plan.ops) != 1:
+            continue
+        if len(plan.exits) != 1 or plan.exits[0].kind != "keyed":
+            continue
+        target = stages[plan.exits[0].consumer_stage]
+        if len(target.inputs) != 1:
+            continue
+        columns = stage.source.spec.dataframe.columns
+        keys = key_columns(plan.exits[0].key_selector, columns)
+        if keys is None or not _hashable_in_jvm(stage.source.spec.dataframe, keys):
+            continue
+        target.plan.input_format = "typed_keyed"
+        target.plan.typed_fields = list(columns)
+        target.pushdown_columns = keys
+        target.pushdown_source = stage.source
+        target.inputs = []
+        stage.plan.exits = []
+        stage.plan.ops[0].outputs = []
+        stage.plan.input_format = "pushed_down"
+
+
+def _hashable_in_jvm(dataframe, columns: list[str]) -> bool:
+    from pyspark.sql import types as T
+
+    ok = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.BinaryType, T.BooleanType,
+          T.FloatType, T.DoubleType)
+    fields = {f.name: f.dataType for f in dataframe.schema.fields}
+    return all(isinstance(fields.get(c), ok) for c in columns)

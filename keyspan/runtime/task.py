@@ -1,0 +1,600 @@
+"""What runs inside a Spark task: one stage for one subtask of one epoch.
+
+The task reads its input Arrow batches, pushes records through the stage's operator chain,
+writes the epoch's state changes and staged sink output under attempt-unique names, and ends
+with a control row naming what it wrote. The driver commits exactly the attempts whose control
+rows reached it (invariant 1); operator instances and their state stay cached in the Python
+worker between epochs and are confirmed, rolled back or reloaded at the next epoch.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pyarrow as pa
+
+from keyspan.checkpoint import statefile
+from keyspan.common.types import _named_row_class
+from keyspan.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
+from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, StagePlan
+from keyspan.state import serde
+from keyspan.state.keygroups import (
+    SEED,
+    _hash_atom,
+    compute_key_group_range_for_operator_index,
+)
+
+OUTPUT_SCHEMA = pa.schema([("_ks_exit", pa.int32()), ("_ks_sub", pa.int32()), ("_ks_ctl", pa.binary()),
+                           ("payload", pa.binary())])
+OUTPUT_DDL = "_ks_exit int, _ks_sub int, _ks_ctl binary, payload binary"
+FLUSH_RECORDS = 16384
+RECORD_PREVIEW = 300
+
+_PLANS: dict[str, StagePlan] = {}
+_INSTANCES: dict[tuple, "KeyedOperator"] = {}
+
+
+class UserFunctionError(RuntimeError):
+    """A user function raised; the message names the operator and shows the record."""
+
+    MARKER = "keyspan.UserFunctionError: "
+
+
+def _fail(op, subtask, record, exc) -> UserFunctionError:
+    text = repr(record)
+    if len(text) > RECORD_PREVIEW:
+        text = text[:RECORD_PREVIEW] + f"… ({len(text)} chars)"
+    return UserFunctionError(
+        f"{UserFunctionError.MARKER}operator '{op.name}' (uid {op.uid}, subtask {subtask}) failed on record "
+        f"{text}: {type(exc).__name__}: {exc}")
+
+
+def make_stage_function(plan_bytes: bytes, digest: str, epoch_ctx: dict):
+    """The function given to ``mapInArrow``; the plan travels as bytes and is unpickled once per worker."""
+
+    def run(batches):
+        plan = _PLANS.get(digest)
+        if plan is None:
+            plan = _PLANS[digest] = serde.loads(plan_bytes)
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        subtask = tc.partitionId() if tc else 0
+        attempt = tc.attemptNumber() if tc else 0
+        yield from StageTask(plan, epoch_ctx, subtask, attempt).run(batches)
+
+    return run
+
+
+# --- runtime context and process-function contexts -----------------------------------------------
+
+class _RuntimeContext(RuntimeContext):
+    def __init__(self, op, subtask, parallelism, max_parallelism, attempt, backend=None, job_parameters=None):
+        self._op = op
+        self._subtask = subtask
+        self._parallelism = parallelism
+        self._max_parallelism = max_parallelism
+        self._attempt = attempt
+        self._backend = backend
+        self._job_parameters = job_parameters or {}
+
+    def get_task_name(self):
+        return self._op.name
+
+    def get_number_of_parallel_subtasks(self):
+        return self._parallelism
+
+    def get_max_number_of_parallel_subtasks(self):
+        return self._max_parallelism
+
+    def get_index_of_this_subtask(self):
+        return self._subtask
+
+    def get_attempt_number(self):
+        return self._attempt
+
+    def get_task_name_with_subtasks(self):
+        return f"{self._op.name} ({self._subtask + 1}/{self._parallelism})"
+
+    def get_job_parameter(self, key, default_value=None):
+        return self._job_parameters.get(key, default_value)
+
+    def get_metrics_group(self):
+        return None
+
+    def _keyed(self, descriptor):
+        if self._backend is None:
+            raise RuntimeError(f"operator '{self._op.name}': keyed state is only available on a keyed stream "
+                               f"(use key_by(...) before this operator); asked for '{descriptor.name}'")
+        return self._backend.get_state(descriptor)
+
+    def get_state(self, state_descriptor):
+        return self._keyed(state_descriptor)
+
+    def get_list_state(self, state_descriptor):
+        return self._keyed(state_descriptor)
+
+    def get_map_state(self, state_descriptor):
+        return self._keyed(state_descriptor)
+
+    def get_reducing_state(self, state_descriptor):
+        return self._keyed(state_descriptor)
+
+    def get_aggregating_state(self, state_descriptor):
+        return self._keyed(state_descriptor)
+
+
+class _TimerService:
+    """Clock queries; timers themselves come with event-time support."""
+
+    def current_processing_time(self) -> int:
+        return int(time.time() * 1000)
+
+    def current_watermark(self) -> int:
+        return -(1 << 63)
+
+
+_TIMER_SERVICE = _TimerService()
+
+
+class _KeyedContext(KeyedProcessFunction.Context):
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def get_current_key(self):
+        return self._backend.current_key
+
+    def timestamp(self):
+        return None
+
+    def timer_service(self):
+        return _TIMER_SERVICE
+
+
+class _Context(ProcessFunction.Context):
+    def timestamp(self):
+        return None
+
+    def timer_service(self):
+        return _TIMER_SERVICE
+
+
+_CONTEXT = _Context()
+
+
+# --- operators -------------------------------------------------------------------------------------
+
+class KeyedOperator:
+    """A keyed operator instance with its state backend; lives in the worker across epochs."""
+
+    def __init__(self, op, plan: StagePlan, subtask: int, attempt: int, backend_spec, key_groups: range):
+        self.op = op
+        self.key_groups = key_groups
+        self.backend = backend_spec.create_keyed_backend(op.uid, key_groups)
+        self.function = serde.loads(serde.dumps_function(op.function))  # own copy per instance
+        self.ctx = _KeyedContext(self.backend)
+        self.runtime_context = _RuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
+                                               self.backend)
+        self.version = None  # last epoch whose state this instance holds, confirmed
+        self.pending = None  # (epoch, token) written but not yet known to be committed
+        self.opened = False
+
+    def open(self):
+        if not self.opened:
+            self.function.open(self.runtime_context)
+            self.opened = True
+
+    def settle(self, committed_epoch: int, committed_tokens: dict, state_id: str) -> None:
+        """Confirm last epoch's changes if the driver committed this attempt, else undo them."""
+        if self.pending is None:
+            return
+        epoch, token = self.pending
+        if epoch == committed_epoch and committed_tokens.get(state_id) == token:
+            self.backend.confirm()
+            self.version = epoch
+        else:
+            self.backend.rollback()
+        self.pending = None
+
+
+def _restore(backend, handles: list[dict], key_groups: range, storage, after_epoch: int | None = None) -> int:
+    stats = statefile.ReadStats()
+    for h in sorted(handles, key=lambda h: (h["epoch"], h["kind"] != "full")):
+        if after_epoch is not None and h["epoch"] <= after_epoch:
+            continue
+        lo, hi = h["kg"]
+        if hi <= key_groups.start or lo >= key_groups.stop:
+            continue
+        for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
+            backend.restore_payload(kg, payload)
+    return stats.bytes_read
+
+
+class StageTask:
+    def __init__(self, plan: StagePlan, ectx: dict, subtask: int, attempt: int):
+        self.plan = plan
+        self.ectx = ectx
+        self.subtask = subtask
+        self.attempt = attempt
+        self.epoch = ectx["epoch"]
+        self.token = uuid.uuid4().hex[:16]
+        self.storage = ectx["storage"]
+        self.records_in = 0
+        self.restored_bytes = 0
+        self.out_exit: list[int] = []
+        self.out_sub: list[int] = []
+        self.out_ctl: list = []
+        self.out_payload: list = []
+        self.upstream: list = []
+        self.keyed_ops: list[KeyedOperator] = []
+        self.sink_writers: dict[int, object] = {}
+        self.exits = {}
+        self.driver_buffers: dict[int, list] = {}
+
+    # -- output rows ---------------------------------------------------------------------------
+    def _row(self, exit_id, sub, ctl, payload):
+        self.out_exit.append(exit_id)
+        self.out_sub.append(sub)
+        self.out_ctl.append(ctl)
+        self.out_payload.append(payload)
+
+    def _take_batch(self):
+        if not self.out_exit:
+            return None
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(self.out_exit, pa.int32()), pa.array(self.out_sub, pa.int32()),
+             pa.array(self.out_ctl, pa.binary()), pa.array(self.out_payload, pa.binary())], schema=OUTPUT_SCHEMA)
+        self.out_exit, self.out_sub, self.out_ctl, self.out_payload = [], [], [], []
+        return batch
+
+    # -- building the chain -------------------------------------------------------------------------
+    def _build(self):
+        plan = self.plan
+        emitters = {}
+
+        def emitter_for(op):
+            if op.index in emitters:
+                return emitters[op.index]
+            targets = [self._target(kind, ref, emitter_for) for kind, ref in op.outputs]
+            if not targets:
+                fn = _discard
+            elif len(targets) == 1:
+                fn = targets[0]
+            else:
+                def fn(value, _targets=tuple(targets)):
+                    for t in _targets:
+                        t(value)
+            emitters[op.index] = fn
+            return fn
+
+        self._emitter_for = emitter_for
+        self.entry = [self._processor(plan.ops[i], emitter_for) for i in plan.entry]
+
+    def _target(self, kind, ref, emitter_for):
+        if kind == "exit":
+            return self._exit(ref)
+        return self._processor(self.plan.ops[ref], emitter_for)
+
+    def _exit(self, exit_id):
+        if exit_id in self.exits:
+            return self.exits[exit_id].add
+        spec = next(e for e in self.plan.exits if e.exit_id == exit_id)
+        if spec.kind == "keyed":
+            ex = _KeyedExit(spec, self.plan.max_parallelism)
+        elif spec.kind == "rebalance":
+            ex = _RebalanceExit(spec, self.subtask)
+        else:
+            raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
+        self.exits[exit_id] = ex
+        return ex.add
+
+    def _processor(self, op, emitter_for):
+        """A callable taking one record (entry of a keyed stage: record, key, key group)."""
+        emit = emitter_for(op)
+        kind = op.kind
+        subtask = self.subtask
+        if kind == "source":
+            return emit
+        if kind == "map":
+            f = getattr(op.function, "map", op.function)
+
+            def process(value):
+                try:
+                    out = f(value)
+                except Exception as exc:
+                    raise _fail(op, subtask, value, exc) from exc
+                emit(out)
+            self._open_plain(op)
+            return process
+        if kind == "flat_map":
+            f = getattr(op.function, "flat_map", op.function)
+
+            def process(value):
+                try:
+                    outs = f(value)
+                    if outs is not None:
+                        for out in outs:
+                            emit(out)
+                except Exception as exc:
+                    if isinstance(exc, UserFunctionError):
+                        raise
+                    raise _fail(op, subtask, value, exc) from exc
+            self._open_plain(op)
+            return process
+        if kind == "filter":
+            f = getattr(op.function, "filter", op.function)
+
+            def process(value):
+                try:
+                    keep = f(value)
+                except Exception as exc:
+                    raise _fail(op, subtask, value, exc) from exc
+                if keep:
+                    emit(value)
+            self._open_plain(op)
+            return process
+        if kind == "process":
+            fn = self._open_plain(op)
+            pe = fn.process_element
+            ctx = _CONTEXT
+
+            def process(value):
+                try:
+                    outs = pe(value, ctx)
+                    if outs is not None:
+                        for out in outs:
+                            emit(out)
+                except Exception as exc:
+                    if isinstance(exc, UserFunctionError):
+                        raise
+                    raise _fail(op, subtask, value, exc) from exc
+            return process
+        if kind == "keyed_process":
+            inst = self._keyed_instance(op)
+            backend = inst.backend
+            pe = inst.function.process_element
+            ctx = inst.ctx
+
+            def process(value, key, kg):
+                backend.current_key = key
+                backend.current_key_group = kg
+                try:
+                    outs = pe(value, ctx)
+                    if outs is not None:
+                        for out in outs:
+                            emit(out)
+                except Exception as exc:
+                    if isinstance(exc, UserFunctionError):
+                        raise
+                    raise _fail(op, subtask, value, exc) from exc
+            return process
+        if kind == "sink":
+            writer = op.sink.create_writer(self.subtask, self.epoch, self.token)
+            self.sink_writers[op.index] = writer
+            return writer.write
+        if kind == "driver_sink":
+            buf = self.driver_buffers.setdefault(op.driver_sink_index, [])
+            return buf.append
+        raise ValueError(f"unknown operator kind {kind}")
+
+    def _open_plain(self, op):
+        fn = op.function
+        if hasattr(fn, "open"):
+            fn.open(_RuntimeContext(op, self.subtask, self.plan.parallelism, self.plan.max_parallelism,
+                                    self.attempt))
+        return fn
+
+    def _keyed_instance(self, op) -> KeyedOperator:
+        ectx = self.ectx
+        plan = self.plan
+        key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism,
+                                                                self.subtask)
+        cache_key = (ectx["run_id"], op.uid, self.subtask, key_groups.start, key_groups.stop)
+        state_id = f"{op.uid}/{self.subtask}"
+        handles = ectx["manifest"].get(op.uid, [])
+        committed = ectx["committed_epoch"]
+        inst = _INSTANCES.pop(cache_key, None)
+        if inst is not None:
+            inst.settle(committed, ectx["committed_tokens"], state_id)
+            if inst.version != committed:
+                newer = [h for h in handles if inst.version is not None and h["epoch"] > inst.version
+                         and h["kg"][0] < key_groups.stop and h["kg"][1] > key_groups.start]
+                if inst.version is not None and inst.version < committed and all(h["kind"] == "delta"
+                                                                                 for h in newer):
+                    self.restored_bytes += _restore(inst.backend, newer, key_groups, self.storage)
+                    inst.version = committed
+                else:
+                    inst = None
+        if inst is None:
+            inst = KeyedOperator(op, plan, self.subtask, self.attempt, ectx["backend"], key_groups)
+            self.restored_bytes += _restore(inst.backend, handles, key_groups, self.storage)
+            inst.version = committed
+        inst.open()
+        self.keyed_ops.append(inst)
+        return inst
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, batches):
+        try:
+            self._build()
+            yield from self._consume(batches)
+            yield from self._finish()
+        except BaseException:
+            for inst in self.keyed_ops:
+                inst.backend.rollback()
+            raise
+
+    def _consume(self, batches):
+        plan = self.plan
+        fmt = plan.input_format
+        entry = self.entry
+        single = entry[0] if len(entry) == 1 else None
+        row_cls = _named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
+        for batch in batches:
+            if fmt == "chunks":
+                for payload in batch.column(0).to_pylist():
+                    records = serde.loads(payload)
+                    self.records_in += len(records)
+                    for r in records:
+                        for e in entry:
+                            e(r)
+            elif fmt == "typed":
+                names = tuple(batch.schema.names)
+                cls = _named_row_class(names)
+                cols = [c.to_pylist() for c in batch.columns]
+                self.records_in += batch.num_rows
+                new = tuple.__new__
+                for values in zip(*cols):
+                    r = new(cls, values)
+                    for e in entry:
+                        e(r)
+            elif fmt == "typed_keyed":
+                names = batch.schema.names
+                kg_col = batch.column(names.index("_ks_kg")).to_pylist()
+                cols = [batch.column(names.index(n)).to_pylist() for n in plan.typed_fields]
+                select = plan.key_selector
+                new = tuple.__new__
+                self.records_in += batch.num_rows
+                for kg, values in zip(kg_col, zip(*cols)):
+                    r = new(row_cls, values)
+                    single(r, select(r), kg)
+            else:  # exchange
+                ctl = batch.column(2).to_pylist()
+                payloads = batch.column(3).to_pylist()
+                for c, payload in zip(ctl, payloads):
+                    if c is not None:
+                        self.upstream.append(c)
+                        continue
+                    kgs, keys, records = serde.loads(payload)
+                    self.records_in += len(records)
+                    if plan.keyed:
+                        for kg, key, r in zip(kgs, keys, records):
+                            single(r, key, kg)
+                    else:
+                        for r in records:
+                            for e in entry:
+                                e(r)
+            if self._buffered() >= FLUSH_RECORDS:
+                self._flush_exits()
+                out = self._take_batch()
+                if out is not None:
+                    yield out
+
+    def _buffered(self) -> int:
+        return sum(e.buffered for e in self.exits.values())
+
+    def _flush_exits(self):
+        for exit_id, ex in self.exits.items():
+            ex.flush(exit_id, self._row)
+
+    def _finish(self):
+        handles, tokens = self._snapshot_state()
+        sinks = []
+        for index, writer in self.sink_writers.items():
+            h = writer.finish()
+            if h is not None:
+                h["sink"] = self.plan.ops[index].uid
+                sinks.append(h)
+        for sink_index, records in self.driver_buffers.items():
+            for i in range(0, len(records), FLUSH_RECORDS):
+                self._row(DRIVER_EXIT, self.subtask, None, serde.dumps((sink_index, records[i:i + FLUSH_RECORDS])))
+        self._flush_exits()
+        control = serde.dumps({
+            "stage": self.plan.stage_id, "subtask": self.subtask, "token": self.token, "attempt": self.attempt,
+            "handles": handles, "tokens": tokens, "sinks": sinks, "records": self.records_in,
+            "restored_bytes": self.restored_bytes, "upstream": self.upstream,
+        })
+        downstream = [e for e in self.plan.exits if e.kind != "driver"]
+        if downstream:
+            for e in downstream:
+                for sub in range(e.consumer_parallelism):
+                    self._row(e.exit_id, sub, control, None)
+        else:
+            self._row(CONTROL_EXIT, self.subtask, control, None)
+        out = self._take_batch()
+        if out is not None:
+            yield out
+        # this attempt's state changes stay pending until the driver says which attempt it committed
+        for inst in self.keyed_ops:
+            inst.pending = (self.epoch, self.token)
+            _INSTANCES[(self.ectx["run_id"], inst.op.uid, self.subtask, inst.key_groups.start,
+                        inst.key_groups.stop)] = inst
+
+    def _snapshot_state(self):
+        handles, tokens = [], {}
+        interval = self.ectx["full_interval"]
+        full = self.ectx["full_all"] or (self.epoch % interval == self.subtask % interval)
+        for inst in self.keyed_ops:
+            uid = inst.op.uid
+            tokens[f"{uid}/{self.subtask}"] = self.token
+            sections = inst.backend.full_sections() if full else inst.backend.delta_sections()
+            if not sections and not full:
+                continue
+            kind = "full" if full else "delta"
+            rel = f"state/{uid}/e{self.epoch:010d}-s{self.subtask:04d}-{self.token}.{kind}"
+            h = statefile.write(self.storage, rel, sections)
+            h.update(uid=uid, kind=kind, epoch=self.epoch, kg=[inst.key_groups.start, inst.key_groups.stop],
+                     subtask=self.subtask)
+            handles.append(h)
+        return handles, tokens
+
+
+def _discard(value):
+    pass
+
+
+class _KeyedExit:
+    """Routes by key group: key group = hash(key) mod max parallelism, subtask = kg × p ÷ max p."""
+
+    def __init__(self, spec, max_parallelism):
+        self.selector = spec.key_selector
+        self.max_parallelism = max_parallelism
+        self.parallelism = spec.consumer_parallelism
+        self.buffers = [([], [], []) for _ in range(self.parallelism)]
+        self.buffered = 0
+
+    def add(self, record):
+        key = self.selector(record)
+        h = _hash_atom(key, SEED)
+        if h >= 1 << 63:
+            h -= 1 << 64
+        kg = h % self.max_parallelism
+        buf = self.buffers[kg * self.parallelism // self.max_parallelism]
+        buf[0].append(kg)
+        buf[1].append(key)
+        buf[2].append(record)
+        self.buffered += 1
+
+    def flush(self, exit_id, row):
+        for sub, buf in enumerate(self.buffers):
+            if buf[2]:
+                row(exit_id, sub, None, serde.dumps(buf))
+        self.buffers = [([], [], []) for _ in range(self.parallelism)]
+        self.buffered = 0
+
+
+class _RebalanceExit:
+    def __init__(self, spec, subtask):
+        self.parallelism = spec.consumer_parallelism
+        self.next = subtask % self.parallelism
+        self.records = []
+        self.buffered = 0
+
+    def add(self, record):
+        self.records.append(record)
+        self.buffered += 1
+
+    def flush(self, exit_id, row):
+        if not self.records:
+            return
+        n = self.parallelism
+        for i in range(n):
+            part = self.records[i::n]
+            if part:
+                row(exit_id, (self.next + i) % n, None, serde.dumps((None, None, part)))
+        self.next = (self.next + len(self.records)) % n
+        self.records = []
+        self.buffered = 0

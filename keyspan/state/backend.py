@@ -1,0 +1,93 @@
+"""The keyed state backend interface and the pieces every backend shares.
+
+A backend holds one operator's keyed state for one subtask's key-group range in one worker
+process. Each epoch's changes stay revocable until the driver commits the checkpoint that
+contains them: ``delta_sections`` writes them out, ``confirm`` makes them the base, ``rollback``
+undoes them when another attempt's output was committed instead (invariant 1).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from keyspan.state.api import StateDescriptor
+from keyspan.state import serde
+
+
+class StateBackendSpec(ABC):
+    """What the user selects with ``env.set_state_backend``; creates backends inside tasks."""
+
+    name = "abstract"
+
+    @abstractmethod
+    def create_keyed_backend(self, operator: str, key_groups: range, local_dir: str | None = None): ...
+
+
+class KeyedStateBackend(ABC):
+    def __init__(self, operator: str, key_groups: range):
+        self.operator = operator
+        self.key_groups = key_groups
+        self.current_key = None
+        self.current_key_group = key_groups.start
+        self._states: dict[str, object] = {}
+        self._descriptors: dict[str, StateDescriptor] = {}
+
+    def set_current_key(self, key, key_group: int) -> None:
+        self.current_key = key
+        self.current_key_group = key_group
+
+    def get_current_key(self):
+        return self.current_key
+
+    def get_state(self, descriptor: StateDescriptor):
+        """One state object per name; asking again with another kind is an error naming both."""
+        known = self._descriptors.get(descriptor.name)
+        if known is not None:
+            if known.kind != descriptor.kind:
+                raise ValueError(
+                    f"operator '{self.operator}': state '{descriptor.name}' is already registered as "
+                    f"{known.kind} state, cannot use it as {descriptor.kind} state"
+                )
+            return self._states[descriptor.name]
+        state = self._create_state(descriptor)
+        self._descriptors[descriptor.name] = descriptor
+        self._states[descriptor.name] = state
+        return state
+
+    def describe_states(self) -> list[dict]:
+        return [d.describe() for d in self._descriptors.values()]
+
+    @abstractmethod
+    def _create_state(self, descriptor: StateDescriptor): ...
+
+    @abstractmethod
+    def changed_sections(self) -> dict[int, dict]:
+        """Key group → {state: (puts, deletes)} changed in the open epoch."""
+
+    @abstractmethod
+    def all_sections(self) -> dict[int, dict]:
+        """Key group → {state: (all entries, [])}: a full snapshot."""
+
+    @abstractmethod
+    def apply_section(self, key_group: int, section: dict) -> None:
+        """Restore: apply a full or delta section (later sections win)."""
+
+    @abstractmethod
+    def confirm(self) -> None: ...
+
+    @abstractmethod
+    def rollback(self) -> None: ...
+
+    def delta_sections(self) -> dict[int, bytes]:
+        return self._encode(self.changed_sections())
+
+    def full_sections(self) -> dict[int, bytes]:
+        return self._encode(self.all_sections())
+
+    def _encode(self, sections: dict[int, dict]) -> dict[int, bytes]:
+        return {
+            kg: serde.dumps_state(section, operator=self.operator, key_group=kg) for kg, section in sections.items()
+        }
+
+    def restore_payload(self, key_group: int, payload: bytes) -> None:
+        self.apply_section(key_group, serde.loads(payload))

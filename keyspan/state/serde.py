@@ -1,0 +1,55 @@
+"""Serialization of records and state: pickle (cloudpickle for functions), with errors that say what failed."""
+
+from __future__ import annotations
+
+import pickle
+
+import cloudpickle
+
+PROTOCOL = 5
+
+
+class StateSerializationError(TypeError):
+    """A state value or record could not be serialized; the message names operator, state and key."""
+
+
+def dumps(obj) -> bytes:
+    return pickle.dumps(obj, protocol=PROTOCOL)
+
+
+def loads(data: bytes):
+    return pickle.loads(data)
+
+
+def dumps_function(fn) -> bytes:
+    """Functions and closures travel with cloudpickle, like Spark's own UDFs."""
+    return cloudpickle.dumps(fn, protocol=PROTOCOL)
+
+
+def dumps_state(obj, *, operator: str, state: str | None = None, key_group: int | None = None) -> bytes:
+    """Pickle state for a checkpoint; on failure find the first offending entry and name it."""
+    try:
+        return pickle.dumps(obj, protocol=PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 — re-raised with context
+        where = _find_unpicklable(obj)
+        raise StateSerializationError(
+            f"operator '{operator}': state '{where[0] if where else state}' "
+            f"key {where[1] if where else '?'!r} (key group {key_group}) holds a value that cannot be "
+            f"serialized for the checkpoint: {exc}"
+        ) from exc
+
+
+def _find_unpicklable(section):
+    """``section`` is {state_name: (puts, deletes)}; return (state, key) of the first bad value."""
+    if not isinstance(section, dict):
+        return None
+    for name, entry in section.items():
+        puts = entry[0] if isinstance(entry, tuple) else entry
+        if not isinstance(puts, dict):
+            continue
+        for key, value in puts.items():
+            try:
+                pickle.dumps(value, protocol=PROTOCOL)
+            except Exception:  # noqa: BLE001
+                return name, key
+    return None
