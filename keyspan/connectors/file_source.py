@@ -73,6 +73,8 @@ def _rows(table: pa.Table) -> list:
 
 
 class FileReader(SourceReader):
+    unit = "files"
+
     def __init__(self, storage: Storage, fmt: StreamFormat, files: list[str] | None):
         self.storage = storage
         self.fmt = fmt
@@ -109,12 +111,13 @@ class FileReader(SourceReader):
 class FileSource(KeyspanSource):
     name = "File Source"
 
-    def __init__(self, fmt: StreamFormat, paths: tuple[str, ...], continuous: bool):
+    def __init__(self, fmt: StreamFormat, paths: tuple[str, ...], continuous: bool, max_files: int | None):
         if len(paths) != 1:
             raise ValueError("FileSource reads one directory (or file) path")
         self.fmt = fmt
         self.path = paths[0]
         self.bounded = not continuous
+        self.max_per_epoch = max_files
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> "FileSource.FileSourceBuilder":
@@ -125,6 +128,12 @@ class FileSource(KeyspanSource):
             self._fmt = fmt
             self._paths = paths
             self._continuous = False
+            self._max_files = None
+
+        def set_max_files_per_epoch(self, files: int):
+            """keyspan: read at most this many files per epoch (Spark's maxFilesPerTrigger)."""
+            self._max_files = int(files)
+            return self
 
         def monitor_continuously(self, discovery_interval=None):
             self._continuous = True
@@ -135,7 +144,7 @@ class FileSource(KeyspanSource):
             return self
 
         def build(self) -> "FileSource":
-            return FileSource(self._fmt, self._paths, self._continuous)
+            return FileSource(self._fmt, self._paths, self._continuous, self._max_files)
 
     def reader(self, storage, uid):
         root = Storage(self.path)

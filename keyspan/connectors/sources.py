@@ -12,7 +12,12 @@ from typing import Iterator
 import cloudpickle
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from keyspan.checkpoint.storage import Storage
 from keyspan.common.typeinfo import RowTypeInfo
@@ -34,6 +39,7 @@ class SourceReader:
     """Driver- and executor-side logic of one keyspan source; pickled into the data source options."""
 
     bounded = True
+    unit = "records"  # what the per-epoch limit counts: records or files
 
     def initial_offset(self) -> dict:
         return {"index": 0}
@@ -61,6 +67,7 @@ class KeyspanSource:
 
     bounded = True
     watermark_strategy = None
+    max_per_epoch: int | None = None  # a source's own per-epoch limit, in its reader's unit
 
     def reader(self, storage: Storage, uid: str) -> SourceReader:
         raise NotImplementedError
@@ -171,11 +178,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.start or self.reader.initial_offset()
 
     def getDefaultReadLimit(self):
-        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+        if not self.max_records:
+            return ReadAllAvailable()
+        return ReadMaxFiles(self.max_records) if self.reader.unit == "files" else ReadMaxRows(self.max_records)
 
     def latestOffset(self, start, limit):
-        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self.reader.latest_offset(start, max_records)
+        if isinstance(limit, ReadMaxRows):
+            return self.reader.latest_offset(start, limit.max_rows)
+        if isinstance(limit, ReadMaxFiles):
+            return self.reader.latest_offset(start, limit.max_files)
+        return self.reader.latest_offset(start, None)
 
     def prepareForTriggerAvailableNow(self):
         """Bounded sources never read past their end, so there is no target to record."""

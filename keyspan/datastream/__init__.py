@@ -15,12 +15,13 @@ from keyspan.datastream.functions import (
     SinkFunction,
     TimeDomain,
 )
-from keyspan.datastream.state_backend import HashMapStateBackend
+from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from keyspan.datastream.stream_execution_environment import JobExecutionResult, StreamExecutionEnvironment
 
 __all__ = [
     "AggregateFunction", "CheckpointConfig", "CheckpointingMode", "DataStream", "DataStreamSink",
-    "FilterFunction", "FlatMapFunction", "HashMapStateBackend", "JobExecutionResult", "KeySelector",
+    "EmbeddedRocksDBStateBackend", "FilterFunction", "FlatMapFunction", "HashMapStateBackend",
+    "JobExecutionResult", "KeySelector",
     "KeyedProcessFunction", "KeyedStream", "MapFunction", "ProcessFunction", "ReduceFunction",
     "RuntimeContext", "SinkFunction", "StreamExecutionEnvironment", "TimeDomain",
 ]

@@ -204,7 +204,8 @@ class JobRunner:
                 uid = next(o["uid"] for o in self.plan.operators if o["stage"] == self._stage_of_source(t))
                 reader = t.spec.reader(self.storage, uid)
                 start = offsets.get(str(i)) if offsets else None
-                df = source_dataframe(spark, reader, self.parallelism, self.env._max_records_per_epoch, start)
+                limit = t.spec.max_per_epoch or (self.env._max_records_per_epoch if reader.unit == "records" else None)
+                df = source_dataframe(spark, reader, self.parallelism, limit, start)
             else:
                 raise TypeError(f"source '{t.name}' is not a keyspan source or Spark DataFrame: {t.spec!r}")
             self.source_columns[t.id] = df.columns

@@ -85,7 +85,10 @@ class PhysicalPlan:
         return self.stages[stage_id]
 
     def digest(self, stage_id: int) -> tuple[bytes, str]:
-        data = serde.dumps_function(self.stages[stage_id].plan)
+        plan = self.stages[stage_id].plan
+        serde.ship_user_modules([plan.key_selector] + [e.key_selector for e in plan.exits]
+                                + [o.function for o in plan.ops] + [o.sink for o in plan.ops])
+        data = serde.dumps_function(plan)
         return data, hashlib.sha256(data).hexdigest()
 
 

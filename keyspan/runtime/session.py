@@ -36,6 +36,8 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None):
     if active is not None:
         return active
     check_java()
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks to itself on loopback only
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     cores = max(2, parallelism)

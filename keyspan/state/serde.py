@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
+import sysconfig
 
 import cloudpickle
 
@@ -24,6 +27,22 @@ def loads(data: bytes):
 def dumps_function(fn) -> bytes:
     """Functions and closures travel with cloudpickle, like Spark's own UDFs."""
     return cloudpickle.dumps(fn, protocol=PROTOCOL)
+
+
+_LIBRARY_ROOTS = tuple({os.path.dirname(os.__file__), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+
+
+def ship_user_modules(objects) -> None:
+    """User code (the job file and modules beside it) is pickled by value, so workers need not be
+    able to import it — as PyFlink ships a job's Python files with the job."""
+    for obj in objects:
+        for name in {getattr(obj, "__module__", None), getattr(type(obj), "__module__", None)}:
+            module = sys.modules.get(name) if name else None
+            path = getattr(module, "__file__", None)
+            if module is None or path is None or name == "__main__" or name.split(".")[0] in ("keyspan", "pyspark"):
+                continue
+            if not os.path.abspath(path).startswith(_LIBRARY_ROOTS):
+                cloudpickle.register_pickle_by_value(module)
 
 
 def dumps_state(obj, *, operator: str, state: str | None = None, key_group: int | None = None) -> bytes:

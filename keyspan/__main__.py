@@ -1,0 +1,3 @@
+from keyspan.cli.main import main
+
+main()
