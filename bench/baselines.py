@@ -56,9 +56,9 @@ def make_spark(app_name: str = "keyspan-bench", cores: int = 2):
       workers must run the venv interpreter, otherwise ``import pyarrow`` fails
       inside tasks (Arrow UDFs, mapInArrow and TWS all need it).
     * ``spark.sql.streaming.stateStore.providerClass`` = RocksDB provider:
-      ``transformWithState(InPandas)`` refuses to run on the default HDFS-backed
-      state store (it needs column families / multiple state variables, which
-      only the RocksDB provider supports).
+      with the default HDFS-backed store the query fails at its first batch
+      with ``UNSUPPORTED_FEATURE.STORE_BACKEND_NOT_SUPPORTED_FOR_TWS`` ("Please
+      use RocksDBStateStoreProvider"), checked on pyspark 4.3.0.
     * ``spark.sql.shuffle.partitions`` = cores: the default 200 would make every
       micro-batch run 200 tiny stateful tasks (and 200 RocksDB instances).
     * UI off and log level WARN: less noise and overhead for a benchmark.

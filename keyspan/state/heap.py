@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from keyspan.state.api import (
     AggregatingState,
     ListState,
@@ -196,6 +198,9 @@ class HeapReducingState(_HeapState, ReducingState):
 
     def add(self, value) -> None:
         current = self._current()
+        if current is not MISSING:  # the reduce function may update ``current`` in place: keep the undo copy
+            b = self._backend
+            self._table.touch(b.current_key_group, b.current_key, copy.deepcopy)
         self._write(value if current is MISSING else self._reduce(current, value))
 
 
@@ -214,6 +219,9 @@ class HeapAggregatingState(_HeapState, AggregatingState):
         acc = self._current()
         if acc is MISSING:
             acc = self._agg.create_accumulator()
+        else:  # ``add`` usually updates the accumulator in place: keep the undo copy first
+            b = self._backend
+            self._table.touch(b.current_key_group, b.current_key, copy.deepcopy)
         self._write(self._agg.add(value, acc))
 
 

@@ -21,7 +21,9 @@ sections don't say which state is a map, a state restored before it is registere
 value per user key and is re-laid out entry by entry when it is registered as a map state.
 
 The RocksDB directory is scratch space: it is deleted when the backend is closed or collected
-or the process exits; durability comes from keyspan's checkpoints, as in Flink.
+or the process exits; durability comes from keyspan's checkpoints, as in Flink. Spark's Python
+workers end with ``os._exit``, so the first backend a process opens also deletes the directories
+left by dead processes of the same host.
 """
 
 from __future__ import annotations
@@ -409,10 +411,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return self._ck_kgb, self._ck_bytes
 
     def _scan(self, lower: bytes, upper: bytes):
-        """(key, value) pairs with lower <= key < upper, in key order."""
+        """(key, value) pairs with lower <= key < upper, in key order.
+
+        A generator on purpose: rocksdict (0.3.29) keeps a pointer into the ``upper`` bytes
+        object, not a copy, so ``upper`` (and ``lower``) must outlive the RocksDB iterator."""
         ro = self._rd.ReadOptions()
         ro.set_iterate_upper_bound(upper)
-        return self._db.items(from_key=lower, read_opt=ro)
+        it = self._db.items(from_key=lower, read_opt=ro)
+        try:
+            yield from it
+        finally:
+            del it  # the iterator goes before the bounds it points into
 
     # -- undo log ---------------------------------------------------------------------------------
     def _touch(self, k: bytes) -> None:

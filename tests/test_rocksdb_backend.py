@@ -1,0 +1,479 @@
+"""The embedded RocksDB state backend: heap semantics for every state kind, revocable epochs, and
+sections in the heap's canonical format (checkpoints restore across the two backends)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+
+import cloudpickle
+import pytest
+
+from keyspan.datastream import EmbeddedRocksDBStateBackend, KeyedProcessFunction
+from keyspan.datastream.functions import AggregateFunction
+from keyspan.state.api import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from keyspan.state.heap import HeapKeyedStateBackend
+from keyspan.state.keygroups import assign_to_key_group
+from keyspan.state.rocksdb import RocksDBKeyedStateBackend, encode_key
+
+MAX_P = 16
+
+
+class Avg(AggregateFunction):
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+
+def _add(a, b):
+    return a + b
+
+
+DESCRIPTORS = {
+    "v": lambda: ValueStateDescriptor("v"),
+    "l": lambda: ListStateDescriptor("l"),
+    "m": lambda: MapStateDescriptor("m"),
+    "r": lambda: ReducingStateDescriptor("r", _add),
+    "a": lambda: AggregatingStateDescriptor("a", Avg()),
+}
+
+
+@pytest.fixture
+def make_rocks(tmp_path):
+    made = []
+
+    def make(key_groups=range(MAX_P)):
+        b = EmbeddedRocksDBStateBackend().create_keyed_backend("op", key_groups, local_dir=str(tmp_path))
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+def states(backend):
+    return {name: backend.get_state(make()) for name, make in DESCRIPTORS.items()}
+
+
+def at(backend, key):
+    backend.set_current_key(key, assign_to_key_group(key, MAX_P))
+
+
+def read_all(backend, st, keys):
+    out = {}
+    for key in keys:
+        at(backend, key)
+        out[key] = (st["v"].value(), list(st["l"].get()), sorted(st["m"].items(), key=repr), st["m"].is_empty(),
+                    st["r"].get(), st["a"].get())
+    return out
+
+
+def norm(sections):
+    """Sections compared by content: delete lists as sets."""
+    return {kg: {name: (puts, sorted(deletes, key=repr)) for name, (puts, deletes) in sec.items()}
+            for kg, sec in sections.items()}
+
+
+def raw_entries(backend):
+    return list(backend._db.keys())
+
+
+# --- each state kind ------------------------------------------------------------------------------
+
+def test_value_state(make_rocks):
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    at(b, "k")
+    assert v.value() is None
+    v.update({"x": 1})
+    assert v.value() == {"x": 1}
+    at(b, "other")
+    assert v.value() is None
+    at(b, "k")
+    v.update(None)
+    assert v.value() is None
+    v.update(0)
+    assert v.value() == 0
+    v.clear()
+    assert v.value() is None
+    assert raw_entries(b) == []
+
+
+def test_list_state(make_rocks):
+    b = make_rocks()
+    lst = b.get_state(ListStateDescriptor("l"))
+    at(b, 7)
+    assert lst.get() == [] and list(lst) == []
+    lst.add(1)
+    lst.add_all([2, 3])
+    lst.add_all([])
+    assert lst.get() == [1, 2, 3]
+    lst.get().append(99)  # a fresh list: mutating it changes no state
+    assert list(lst) == [1, 2, 3]
+    with pytest.raises(ValueError, match="cannot add None to list state 'l'"):
+        lst.add(None)
+    lst.update([5])
+    assert lst.get() == [5]
+    lst.update([])
+    assert lst.get() == [] and raw_entries(b) == []
+    lst.add(1)
+    lst.clear()
+    assert lst.get() == []
+
+
+def test_map_state(make_rocks):
+    b = make_rocks()
+    m = b.get_state(MapStateDescriptor("m"))
+    at(b, ("user", 1))
+    assert m.is_empty() and m.items() == [] and m.get("a") is None and "a" not in m
+    m.put("a", 1)
+    m["b"] = None
+    m.put_all({"c": 3, ("t", 1): [1, 2]})
+    assert not m.is_empty()
+    assert m.get("a") == 1 and m["c"] == 3 and m.get(("t", 1)) == [1, 2]
+    assert "b" in m and m.contains("b") and m.get("b") is None
+    assert dict(m.items()) == {"a": 1, "b": None, "c": 3, ("t", 1): [1, 2]}
+    assert sorted(m.keys(), key=repr) == sorted(["a", "b", "c", ("t", 1)], key=repr)
+    assert sorted(m.values(), key=repr) == sorted([1, None, 3, [1, 2]], key=repr)
+    assert set(iter(m)) == {"a", "b", "c", ("t", 1)}
+    # one RocksDB entry per map entry
+    assert len(raw_entries(b)) == 4
+    m.remove("missing")
+    del m["a"]
+    assert "a" not in m and len(raw_entries(b)) == 3
+    at(b, ("user", 2))
+    assert m.is_empty()
+    m.put("a", "other user")
+    at(b, ("user", 1))
+    assert m.get("a") is None
+    m.clear()
+    assert m.is_empty() and len(raw_entries(b)) == 1
+    at(b, ("user", 2))
+    m.remove("a")
+    assert m.is_empty() and raw_entries(b) == []
+
+
+def test_map_put_writes_one_entry(make_rocks):
+    b = make_rocks()
+    m = b.get_state(MapStateDescriptor("m"))
+    at(b, "big")
+    m.put_all({i: "x" * 100 for i in range(200)})
+    b.confirm()
+    m.put(5, "changed")
+    # the epoch touched one RocksDB entry (map key 5), not the user key's 200 entries
+    (touched,) = b._undo_map
+    assert touched.endswith(encode_key(5)) and len(raw_entries(b)) == 200
+    assert b.changed_sections()[assign_to_key_group("big", MAX_P)]["m"][0]["big"][5] == "changed"
+
+
+def test_reducing_and_aggregating_state(make_rocks):
+    b = make_rocks()
+    r = b.get_state(ReducingStateDescriptor("r", _add))
+    a = b.get_state(AggregatingStateDescriptor("a", Avg()))
+    at(b, "k")
+    assert r.get() is None and a.get() is None
+    for x in (1, 2, 6):
+        r.add(x)
+        a.add(x)
+    assert r.get() == 9 and a.get() == 3.0
+    r.clear()
+    a.clear()
+    assert r.get() is None and a.get() is None
+
+
+def test_state_kind_conflict_names_both(make_rocks):
+    b = make_rocks()
+    b.get_state(ValueStateDescriptor("s"))
+    with pytest.raises(ValueError, match="already registered as value state, cannot use it as map state"):
+        b.get_state(MapStateDescriptor("s"))
+
+
+def test_unpicklable_value_is_named(make_rocks):
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    at(b, "k")
+    with pytest.raises(TypeError, match="operator 'op': state 'v' key 'k'"):
+        v.update(lambda: 1)
+    assert v.value() is None
+
+
+def test_user_keys_serialize_deterministically():
+    s = "ab"
+    other = "".join(["a", "b"])
+    assert encode_key((s, s)) == encode_key((s, other))
+    assert encode_key(-0.0) == encode_key(0.0)
+    assert pickle.loads(encode_key(("a", 1, (2.5, None)))) == ("a", 1, (2.5, None))
+
+
+# --- epochs ----------------------------------------------------------------------------------------
+
+def _write_epoch(st, backend, keys, base):
+    for i, key in enumerate(keys):
+        at(backend, key)
+        st["v"].update(base + i)
+        st["l"].add(base + i)
+        st["m"].put(base, i)
+        st["r"].add(i)
+        st["a"].add(i)
+
+
+def test_confirm_and_rollback(make_rocks):
+    b = make_rocks()
+    st = states(b)
+    keys = ["a", "b", 3, ("t", 4)]
+    _write_epoch(st, b, keys, 10)
+    b.confirm()
+    assert not b.has_pending() and b.changed_sections() == {}
+    confirmed = read_all(b, st, keys + ["new"])
+    full = b.all_sections()
+
+    _write_epoch(st, b, keys + ["new"], 20)
+    at(b, "a")
+    st["v"].clear()
+    st["m"].clear()
+    st["l"].update([])
+    at(b, "b")
+    st["m"].remove(10)
+    st["m"].put_all({1: 1, 2: 2})
+    assert b.has_pending()
+    assert read_all(b, st, keys + ["new"]) != confirmed
+    b.rollback()
+    assert read_all(b, st, keys + ["new"]) == confirmed
+    assert b.all_sections() == full
+    assert b.changed_sections() == {}
+
+    _write_epoch(st, b, ["b"], 30)
+    b.confirm()
+    b.rollback()  # nothing pending: no change
+    at(b, "b")
+    assert st["v"].value() == 30
+
+
+def test_delta_and_full_sections_match_heap(make_rocks):
+    rocks = make_rocks()
+    heap = HeapKeyedStateBackend("op", range(MAX_P))
+    sr, sh = states(rocks), states(heap)
+    keys = ["a", "b", 3, ("t", 4), "gone"]
+    for backend, st in ((rocks, sr), (heap, sh)):
+        _write_epoch(st, backend, keys, 10)
+        backend.confirm()
+    for backend, st in ((rocks, sr), (heap, sh)):
+        _write_epoch(st, backend, ["a", "new"], 20)
+        at(backend, "gone")
+        for s in st.values():
+            s.clear()
+        at(backend, "never")
+        st["v"].update(None)  # touched but absent: a delete, as on heap
+        at(backend, "b")
+        st["m"].remove(10)
+    delta = rocks.changed_sections()
+    assert norm(delta) == norm(heap.changed_sections())
+    kg_gone = assign_to_key_group("gone", MAX_P)
+    assert "gone" in delta[kg_gone]["m"][1] and "gone" in delta[kg_gone]["v"][1]
+    assert norm(rocks.all_sections()) == norm(heap.all_sections())
+    # encoded: the same payloads decode to the same sections
+    assert set(rocks.full_sections()) == set(heap.full_sections())
+    for kg, payload in rocks.full_sections().items():
+        assert pickle.loads(payload) == heap.all_sections()[kg]
+
+
+def _restore(target, source):
+    for kg, payload in source.full_sections().items():
+        target.restore_payload(kg, payload)
+
+
+def test_cross_restore_rocksdb_to_heap_and_back(make_rocks):
+    rocks = make_rocks()
+    sr = states(rocks)
+    keys = [f"k{i}" for i in range(20)] + [(i, "t") for i in range(5)]
+    _write_epoch(sr, rocks, keys, 1)
+    full = rocks.full_sections()
+    rocks.confirm()
+    _write_epoch(sr, rocks, keys[:7], 100)
+    at(rocks, keys[3])
+    sr["m"].clear()
+    sr["v"].clear()
+    delta = rocks.delta_sections()
+    rocks.confirm()
+    expected = read_all(rocks, sr, keys)
+
+    # RocksDB checkpoint (full + delta) → heap
+    heap = HeapKeyedStateBackend("op", range(MAX_P))
+    for sections in (full, delta):
+        for kg, payload in sections.items():
+            heap.restore_payload(kg, payload)
+    assert read_all(heap, states(heap), keys) == expected
+    assert norm(heap.all_sections()) == norm(rocks.all_sections())
+
+    # heap checkpoint → a fresh RocksDB; states registered only after the restore (as in a task)
+    again = make_rocks()
+    _restore(again, heap)
+    assert norm(again.all_sections()) == norm(heap.all_sections())
+    st = states(again)
+    assert read_all(again, st, keys) == expected
+    assert norm(again.all_sections()) == norm(heap.all_sections())
+    assert again.key_count() == heap.key_count()
+    # and it keeps working as a map, one entry per map entry
+    at(again, keys[0])
+    st["m"].put("fresh", 1)
+    assert st["m"].get("fresh") == 1 and st["m"].get(1) == 0
+
+
+def test_restore_into_registered_states_and_deltas_replace_maps(make_rocks):
+    b = make_rocks()
+    st = states(b)
+    at(b, "k")
+    st["m"].put_all({"old": 1, "keep": 2})
+    st["v"].update(1)
+    kg = assign_to_key_group("k", MAX_P)
+    b.confirm()
+    # a delta section replaces the whole map of a user key and deletes others
+    b.apply_section(kg, {"m": ({"k": {"keep": 3, "new": 4}}, []), "v": ({}, ["k"])})
+    assert dict(st["m"].items()) == {"keep": 3, "new": 4} and st["v"].value() is None
+    b.apply_section(kg, {"m": ({}, ["k"])})
+    assert st["m"].is_empty() and raw_entries(b) == []
+    assert not b.has_pending()
+
+
+def test_rescale_split_and_merge(make_rocks):
+    whole = make_rocks(range(MAX_P))
+    st = states(whole)
+    keys = [f"k{i}" for i in range(40)]
+    _write_epoch(st, whole, keys, 1)
+    whole.confirm()
+    expected = read_all(whole, st, keys)
+    full = whole.full_sections()
+    halves = [make_rocks(range(0, 8)), make_rocks(range(8, MAX_P))]
+    for half in halves:
+        for kg, payload in full.items():
+            half.restore_payload(kg, payload)  # each keeps only its own key groups
+    assert set(halves[0].all_sections()) | set(halves[1].all_sections()) == set(full)
+    merged = make_rocks(range(MAX_P))
+    for half in halves:
+        st_half = states(half)
+        mine = [k for k in keys if assign_to_key_group(k, MAX_P) in half.key_groups]
+        assert read_all(half, st_half, mine) == {k: expected[k] for k in mine}
+        _restore(merged, half)
+    assert read_all(merged, states(merged), keys) == expected
+
+
+def test_apply_section_ignores_foreign_key_groups(make_rocks):
+    b = make_rocks(range(4, 8))
+    b.apply_section(2, {"v": ({"x": 1}, [])})
+    b.apply_section(8, {"v": ({"x": 1}, [])})
+    assert b.all_sections() == {}
+    b.apply_section(5, {"v": ({"x": 1}, [])})
+    assert b.all_sections() == {5: {"v": ({"x": 1}, [])}}
+
+
+def test_restored_map_with_wrong_shape_is_named(make_rocks):
+    b = make_rocks()
+    b.apply_section(3, {"m": ({"k": 5}, [])})
+    with pytest.raises(TypeError, match="state 'm' was restored with a int for key 'k'"):
+        b.get_state(MapStateDescriptor("m"))
+
+
+def test_random_operations_match_heap(make_rocks):
+    """Differential: the same random operations, epochs confirmed or rolled back at random."""
+    rng = random.Random(7)
+    kgs = range(3, 13)
+    keys = [k for k in [*range(40), *(f"s{i}" for i in range(40)), *((i, "t") for i in range(20))]
+            if assign_to_key_group(k, MAX_P) in kgs][:30]
+    rocks, heap = make_rocks(kgs), HeapKeyedStateBackend("op", kgs)
+    sr, sh = states(rocks), states(heap)
+
+    def op():
+        return rng.choice("vvlllmmmmra"), rng.randrange(9), rng.randrange(6)
+
+    for epoch in range(25):
+        ops = [(rng.choice(keys), op()) for _ in range(rng.randrange(1, 40))]
+        for backend, st in ((rocks, sr), (heap, sh)):
+            for key, (kind, action, x) in ops:
+                at(backend, key)
+                s = st[kind]
+                if action == 0:
+                    s.clear()
+                elif kind == "v":
+                    s.update(None if action == 1 else x)
+                elif kind == "l":
+                    (s.add(x) if action < 4 else s.add_all([x, x + 1]) if action < 6 else
+                     s.update([] if action == 6 else [x]))
+                elif kind == "m":
+                    (s.put(x, action) if action < 4 else s.remove(x) if action < 7 else s.put_all({x: 1, x + 1: 2}))
+                else:
+                    s.add(x)
+        assert norm(rocks.changed_sections()) == norm(heap.changed_sections()), epoch
+        roll = rng.random() < 0.3
+        for backend in (rocks, heap):
+            backend.rollback() if roll else backend.confirm()
+        assert read_all(rocks, sr, keys) == read_all(heap, sh, keys), epoch
+    assert norm(rocks.all_sections()) == norm(heap.all_sections())
+    restored = make_rocks(kgs)
+    _restore(restored, heap)
+    assert read_all(restored, states(restored), keys) == read_all(heap, sh, keys)
+
+
+# --- the spec --------------------------------------------------------------------------------------
+
+def test_spec_is_picklable_and_backend_lives_in_a_temp_dir():
+    spec = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
+    assert spec.name == "rocksdb" and spec.is_incremental_checkpoints_enabled()
+    spec = pickle.loads(cloudpickle.dumps(spec))
+    backend = spec.create_keyed_backend("my/op", range(8, 16))
+    try:
+        assert isinstance(backend, RocksDBKeyedStateBackend)
+        root = os.path.join(tempfile.gettempdir(), "keyspan-rocksdb", str(os.getpid()))
+        assert os.path.dirname(backend.path) == root
+        assert os.path.basename(backend.path).startswith("my_op-8-16-")
+        assert os.path.isdir(backend.path)
+    finally:
+        backend.close()
+    assert not os.path.exists(backend.path)
+
+
+# --- through a job ---------------------------------------------------------------------------------
+
+class RunningSum(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+        self.seen = runtime_context.get_map_state(MapStateDescriptor("seen"))
+
+    def process_element(self, value, ctx):
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        if value[1] == 17 and tc is not None and tc.attemptNumber() == 0:
+            raise RuntimeError("injected failure: this attempt's changes must be rolled back")
+        total = (self.total.value() or 0) + value[1]
+        self.total.update(total)
+        parity = value[1] % 2
+        self.seen.put(parity, (self.seen.get(parity) or 0) + 1)
+        yield ctx.get_current_key(), total, dict(self.seen.items()), type(self.total).__name__
+
+
+def test_running_sum_job_on_rocksdb(env):
+    env.set_state_backend(EmbeddedRocksDBStateBackend())
+    env.set_max_records_per_epoch(6)
+    data = [(f"k{i % 4}", i) for i in range(30)]
+    result = env.from_collection(data).key_by(lambda r: r[0]).process(RunningSum()).execute_and_collect(limit=1000)
+    totals, seen, want = {}, {}, []
+    for k, v in data:
+        totals[k] = totals.get(k, 0) + v
+        counts = seen.setdefault(k, {})
+        counts[v % 2] = counts.get(v % 2, 0) + 1
+        want.append((k, totals[k], dict(counts), "RocksDBValueState"))
+    assert sorted(map(repr, result)) == sorted(map(repr, want))
