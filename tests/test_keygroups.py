@@ -203,11 +203,18 @@ def test_stable_hash_of_special_doubles_matches_spark(spark):
     """-0.0 and NaN: Spark and keyspan must agree, or the JVM and Python would route them apart."""
     from pyspark.sql import functions as F
 
-    nan = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000))[0]
-    rows = [(0.0,), (-0.0,), (nan,), (float("nan"),)]
+    def double(bits):
+        return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+    # NaNs with other bit patterns than float("nan") — inf - inf gives 0xfff8... on x86 — are one NaN to Spark
+    nans = [float("nan"), double(0x7FF8000000000001), double(0xFFF8000000000000), float("inf") - float("inf")]
+    rows = [(0.0,), (-0.0,)] + [(n,) for n in nans]
     result = spark.createDataFrame(rows, "d double").select("d", F.xxhash64("d").alias("h")).collect()
+    assert len(result) == len(rows)
     for r in result:
-        assert stable_hash(r["d"]) == r["h"], r
+        assert stable_hash(r["d"]) == r["h"], (struct.pack("<d", r["d"]).hex(), r)
+    assert len({stable_hash(n) for n in nans}) == 1
+    assert stable_hash(-0.0) == stable_hash(0.0)
 
 
 # --- routing through real jobs ---------------------------------------------------------------------

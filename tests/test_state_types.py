@@ -422,7 +422,8 @@ def test_mixed_states_in_one_function(env):
         st["pages"][page] = st["pages"].get(page, 0) + 1
         st["durations"].append(duration)
         d = st["durations"]
-        expected.append((user, st["n"], list(st["recent"]), sorted(st["pages"].items()), sum(d), max(d), (sum(d), len(d))))
+        expected.append((user, st["n"], list(st["recent"]), sorted(st["pages"].items()), sum(d), max(d),
+                         (sum(d), len(d))))
     assert sorted(map(repr, results)) == sorted(map(repr, expected))
     assert any(r[1] >= 3 for r in expected) and any(r[1] == 0 for r in expected)  # state lived, and was cleared
 

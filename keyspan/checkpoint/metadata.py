@@ -162,7 +162,8 @@ class MetadataStore:
     def commit_checkpoint(self, **row) -> None:
         """The atomic commit point of an epoch."""
         with self.engine.begin() as c:
-            c.execute(insert(checkpoints).values(created_at=time.time(), published=False, discarded=False, **row))
+            published = not row.get("sinks")  # nothing staged, nothing to publish
+            c.execute(insert(checkpoints).values(created_at=time.time(), published=published, discarded=False, **row))
 
     def mark_published(self, job_id: str, epoch: int) -> None:
         with self.engine.begin() as c:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from operator import itemgetter
+try:  # the C accessor namedtuple uses: reads the tuple slot without calling __getitem__
+    from _collections import _tuplegetter
+except ImportError:  # pragma: no cover - other Python implementations
+    def _tuplegetter(index, doc):
+        return property(lambda self: tuple.__getitem__(self, index), doc=doc)
 
 
 class Row(tuple):
@@ -42,6 +46,8 @@ class Row(tuple):
         raise AttributeError(f"Row has no field {item!r}")
 
     def __getitem__(self, item):
+        if type(item) is int:
+            return tuple.__getitem__(self, item)
         if isinstance(item, str):
             fields = type(self)._fields
             if fields is None or item not in fields:
@@ -70,7 +76,7 @@ def _named_row_class(fields: tuple[str, ...]) -> type:
         namespace = {"_fields": fields, "__slots__": ()}
         for i, name in enumerate(fields):
             if name.isidentifier() and not hasattr(tuple, name) and not name.startswith("_"):
-                namespace[name] = property(itemgetter(i))
+                namespace[name] = _tuplegetter(i, name)
         cls = type("Row", (Row,), namespace)
         _ROW_CLASSES[fields] = cls
     return cls

@@ -131,14 +131,15 @@ class CollectionSource(KeyspanSource):
 
 
 class SparkSource:
-    """Wraps a Spark streaming DataFrame: records are ``Row`` objects with its column names."""
+    """Wraps a Spark streaming DataFrame: records are ``Row`` objects with its column names.
+    ``bounded`` runs it with Spark's available-now trigger: all data present at start, then stop."""
 
-    bounded = False
     watermark_strategy = None
     name = "Spark Source"
 
-    def __init__(self, dataframe):
+    def __init__(self, dataframe, bounded: bool = False):
         self.dataframe = dataframe
+        self.bounded = bounded
 
 
 # --- the Spark Python data source -------------------------------------------------------------

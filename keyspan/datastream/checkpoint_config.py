@@ -16,7 +16,7 @@ class CheckpointConfig:
         self.storage_uri: str | None = None
         self.num_retained = 3
         self.tolerable_failures = 0
-        self.full_snapshot_interval = 16
+        self.max_delta_chain = 32
 
     def is_checkpointing_enabled(self) -> bool:
         return self.enabled
@@ -70,10 +70,10 @@ class CheckpointConfig:
     def get_num_retained_checkpoints(self) -> int:
         return self.num_retained
 
-    def set_full_snapshot_interval(self, epochs: int) -> "CheckpointConfig":
-        """keyspan: each subtask writes a full snapshot every ``epochs`` epochs (staggered), deltas between,
-        so a restore reads at most that many files per key-group range."""
-        if epochs < 1:
-            raise ValueError("full snapshot interval must be >= 1 epoch")
-        self.full_snapshot_interval = int(epochs)
+    def set_max_delta_chain(self, deltas: int) -> "CheckpointConfig":
+        """keyspan: a subtask writes a full snapshot of its key groups once the delta files since its
+        last full snapshot outweigh it, or number this many — so a restore reads a bounded chain."""
+        if deltas < 1:
+            raise ValueError("the delta chain must allow at least one delta")
+        self.max_delta_chain = int(deltas)
         return self

@@ -126,14 +126,15 @@ class StreamExecutionEnvironment:
         t.spec.watermark_strategy = watermark_strategy
         return DataStream(self, t)
 
-    def from_spark(self, dataframe, source_name: str = "Spark Source") -> DataStream:
-        """keyspan: any Spark streaming DataFrame becomes a DataStream of ``Row`` records."""
+    def from_spark(self, dataframe, source_name: str = "Spark Source", bounded: bool = False) -> DataStream:
+        """keyspan: any Spark streaming DataFrame becomes a DataStream of ``Row`` records; ``bounded``
+        processes what is available at start (Spark's availableNow trigger) and then finishes."""
         from keyspan.connectors.sources import SparkSource
 
         if not dataframe.isStreaming:
             raise ValueError("from_spark needs a streaming DataFrame (spark.readStream...); "
                              "use from_collection for bounded in-memory data")
-        return DataStream(self, self._add_transformation("source", source_name, [], spec=SparkSource(dataframe)))
+        return DataStream(self, self._add_transformation("source", source_name, [], spec=SparkSource(dataframe, bounded)))
 
     # execution -------------------------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:

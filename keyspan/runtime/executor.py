@@ -265,7 +265,7 @@ class JobRunner:
             "manifest": committed["manifest"] if committed else {},
             "storage": self.storage,
             "backend": self.env.get_state_backend(),
-            "full_interval": self.checkpoint_config.full_snapshot_interval,
+            "max_chain": self.checkpoint_config.max_delta_chain,
             "full_all": self.parallel_changed,
         }
         outputs = {}
@@ -362,7 +362,8 @@ class JobRunner:
             restored_from=self.run_info["restored_from"], code_version=self.code_version)
         self.committed = self.store.get_checkpoint(self.job_id, epoch)
         self.parallel_changed = False
-        self._publish(self.committed)
+        if sinks:
+            self._publish(self.committed)
         self._deliver(driver_rows)
         self.retention.committed(epoch, manifest)
         self.progress.epochs += 1

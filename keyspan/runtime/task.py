@@ -525,11 +525,10 @@ class StageTask:
 
     def _snapshot_state(self):
         handles, tokens = [], {}
-        interval = self.ectx["full_interval"]
-        full = self.ectx["full_all"] or (self.epoch % interval == self.subtask % interval)
         for inst in self.keyed_ops:
             uid = inst.op.uid
             tokens[f"{uid}/{self.subtask}"] = self.token
+            full = self.ectx["full_all"] or self._full_snapshot_due(uid, inst.key_groups)
             sections = inst.backend.full_sections() if full else inst.backend.delta_sections()
             if not sections and not full:
                 continue
@@ -540,6 +539,21 @@ class StageTask:
                      subtask=self.subtask)
             handles.append(h)
         return handles, tokens
+
+    def _full_snapshot_due(self, uid: str, key_groups: range) -> bool:
+        """Compact when the deltas since the last full snapshot outweigh it (or grow too many): the
+        rewrite then costs about what the deltas cost, so an epoch's cost follows what it touched,
+        not the total state, and a restore reads at most ~2× the state in a bounded number of files."""
+        chain = [h for h in self.ectx["manifest"].get(uid, []) if h["kg"] == [key_groups.start, key_groups.stop]]
+        fulls = [h for h in chain if h["kind"] == "full"]
+        last_full = max(fulls, key=lambda h: h["epoch"]) if fulls else None
+        base_epoch = last_full["epoch"] if last_full else -1
+        deltas = [h for h in chain if h["kind"] == "delta" and h["epoch"] > base_epoch]
+        if not deltas:
+            return False
+        if len(deltas) >= self.ectx["max_chain"]:
+            return True
+        return sum(h["bytes"] for h in deltas) >= (last_full["bytes"] if last_full else 0)
 
 
 def _discard(value):

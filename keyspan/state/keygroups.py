@@ -24,6 +24,7 @@ _pack_long = struct.Struct("<q").pack
 _pack_int = struct.Struct("<i").pack
 _pack_double = struct.Struct("<d").pack
 _xxh64 = xxhash.xxh64_intdigest
+_CANONICAL_NAN = _pack_long(0x7FF8000000000000)
 
 
 def _hash_atom(key, seed: int) -> int:
@@ -41,6 +42,8 @@ def _hash_atom(key, seed: int) -> int:
     if isinstance(key, (bytes, bytearray, memoryview)):
         return _xxh64(bytes(key), seed)
     if isinstance(key, float):
+        if key != key:  # every NaN hashes as the canonical NaN, as Java's doubleToLongBits (Spark) does
+            return _xxh64(_CANONICAL_NAN, seed)
         return _xxh64(_pack_double(0.0 if key == 0.0 else key), seed)
     if isinstance(key, (datetime.date, datetime.time, decimal.Decimal)):
         return _xxh64(f"{type(key).__name__}:{key.isoformat() if hasattr(key, 'isoformat') else key}".encode(), seed)

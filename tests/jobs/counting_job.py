@@ -35,7 +35,7 @@ class Count(KeyedProcessFunction):
 env = StreamExecutionEnvironment.get_execution_environment()
 env.set_parallelism(2)
 env.set_max_records_per_epoch(PER_EPOCH)
-env.get_checkpoint_config().set_full_snapshot_interval(4)
+env.get_checkpoint_config().set_max_delta_chain(4)
 records = [(f"key-{i % KEYS:03d}", i) for i in range(RECORDS)]
 (env.from_collection(records).uid("numbers")
     .key_by(lambda r: r[0])

@@ -1,0 +1,338 @@
+"""PyFlink-compatible operators, sinks and errors, through real jobs on local Spark."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from keyspan.common import Row, Types
+from keyspan.datastream import (
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+)
+from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.runtime.executor import JobExecutionError
+from keyspan.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+
+
+# --- stateless operators -----------------------------------------------------------------------------
+
+class Scale(MapFunction):
+    def open(self, runtime_context):
+        self.factor = 3  # map() fails with AttributeError unless open() ran first
+        self.subtasks = runtime_context.get_number_of_parallel_subtasks()
+
+    def map(self, value):
+        return value * self.factor
+
+
+class EvenThenNext(FlatMapFunction):
+    def open(self, runtime_context):
+        self.width = 2
+
+    def flat_map(self, value):
+        if value % 2 == 0:
+            yield from (value + i for i in range(self.width))
+
+
+class NotMultipleOfFour(FilterFunction):
+    def open(self, runtime_context):
+        self.divisor = 4
+
+    def filter(self, value):
+        return value % self.divisor != 0
+
+
+class Tag(MapFunction):
+    def __init__(self, tag):
+        self.tag = tag
+
+    def map(self, value):
+        return self.tag, value
+
+
+class Explode(ProcessFunction):
+    """Several outputs per input; keyed state is refused on a non-keyed stream."""
+
+    def open(self, runtime_context):
+        try:
+            runtime_context.get_state(ValueStateDescriptor("nope"))
+            self.keyed_state = "allowed"
+        except RuntimeError as exc:
+            self.keyed_state = "refused" if "key_by" in str(exc) else str(exc)
+
+    def process_element(self, value, ctx):
+        assert ctx.timestamp() is None
+        for i in range(value % 3):
+            yield "process", value, i, self.keyed_state
+
+
+def test_map_flat_map_filter_process_and_union(env):
+    numbers = list(range(12))
+    others = [100, 101, 102]
+    src = env.from_collection(numbers)
+    with_lambdas = (src.map(lambda x: x * 3)
+                    .flat_map(lambda x: [x + i for i in range(2)] if x % 2 == 0 else [])
+                    .filter(lambda x: x % 4 != 0)
+                    .map(lambda x: ("lambda", x)))
+    with_classes = src.map(Scale()).flat_map(EvenThenNext()).filter(NotMultipleOfFour()).map(Tag("class"))
+    processed = env.from_collection(others).process(Explode())
+
+    with with_lambdas.union(with_classes, processed).execute_and_collect() as results:
+        got = list(results)
+    assert list(results) == []  # closed
+
+    piped = [y for x in numbers for y in ((3 * x, 3 * x + 1) if (3 * x) % 2 == 0 else ()) if y % 4 != 0]
+    expected = [("lambda", y) for y in piped] + [("class", y) for y in piped]
+    expected += [("process", v, i, "refused") for v in others for i in range(v % 3)]
+    assert sorted(got) == sorted(expected)
+    assert len(piped) >= 6
+
+
+def test_operators_check_their_arguments(env):
+    ds = env.from_collection([1, 2])
+    with pytest.raises(TypeError):
+        ds.map(42)
+    with pytest.raises(TypeError):
+        ds.process(lambda v, ctx: v)  # a ProcessFunction is required
+    keyed = ds.key_by(lambda x: x)
+    with pytest.raises(TypeError):
+        keyed.process(Explode())  # a KeyedProcessFunction is required
+    with pytest.raises(TypeError):
+        ds.process(KeyedCount("x"))  # a KeyedProcessFunction needs key_by first
+    with pytest.raises(Exception, match="not supported"):
+        keyed.name("x")
+    with pytest.raises(ValueError):
+        ds.set_parallelism(0)
+
+
+def test_job_without_a_sink_raises_value_error(env):
+    env.from_collection([1, 2, 3]).map(lambda x: x + 1)
+    with pytest.raises(ValueError, match="no sink"):
+        env.execute("no-sink")
+
+
+# --- keyed aggregations ---------------------------------------------------------------------------
+
+class KeepFirstSumSecond(ReduceFunction):
+    def reduce(self, value1, value2):
+        return value1[0], value1[1] + value2[1], value2[2]
+
+
+def _reference_aggregation(kind, records, pos):
+    """Flink's streaming aggregations: one output per input, the running aggregate of its key."""
+    state, out = {}, []
+    for r in records:
+        acc = state.get(r[0])
+        if acc is None:
+            new = r
+        elif kind == "reduce":
+            new = (acc[0], acc[1] + r[1], r[2])
+        elif kind in ("sum", "min", "max"):  # the aggregated field changes; the rest stays the first record's
+            v = {"sum": acc[pos] + r[pos], "min": min(acc[pos], r[pos]), "max": max(acc[pos], r[pos])}[kind]
+            new = acc[:pos] + (v,) + acc[pos + 1:]
+        elif kind == "min_by":  # the whole record holding the minimum; the first one on ties
+            new = r if r[pos] < acc[pos] else acc
+        else:  # max_by
+            new = r if r[pos] > acc[pos] else acc
+        state[r[0]] = new
+        out.append(new)
+    return out
+
+
+AGG_RECORDS = [("a", 5, "r0"), ("b", 2, "r1"), ("a", 3, "r2"), ("c", 9, "r3"), ("a", 3, "r4"), ("b", 7, "r5"),
+               ("a", 8, "r6"), ("b", 7, "r7"), ("c", -1, "r8"), ("a", 1, "r9"), ("b", 0, "r10"), ("c", 9, "r11"),
+               ("a", 8, "r12"), ("c", 4, "r13")]
+
+
+@pytest.mark.parametrize("kind", ["reduce", "sum", "min", "max", "min_by", "max_by"])
+def test_keyed_aggregations_have_flink_semantics(env, kind):
+    # one source partition keeps each key's records in input order; the aggregation itself runs on 2 subtasks
+    env.set_parallelism(1)
+    env.set_max_records_per_epoch(4)
+    keyed = env.from_collection(AGG_RECORDS).key_by(lambda r: r[0])
+    if kind == "reduce":
+        stream = keyed.reduce(KeepFirstSumSecond())
+    else:
+        stream = getattr(keyed, kind)(1)
+    results = stream.set_parallelism(2).execute_and_collect(limit=1000)
+    expected = _reference_aggregation(kind, AGG_RECORDS, 1)
+    by_key = {}
+    for r in results:
+        assert isinstance(r, tuple) and len(r) == 3
+        by_key.setdefault(r[0], []).append(r)
+    for key in "abc":
+        assert by_key[key] == [r for r in expected if r[0] == key], key  # in order, per key
+
+
+# --- keyed map / filter / flat_map, with state in a keyed MapFunction ------------------------------------
+
+class KeyCounter(MapFunction):
+    """A MapFunction on a KeyedStream may use keyed state (as in PyFlink)."""
+
+    def open(self, runtime_context):
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen", Types.LONG()))
+
+    def map(self, value):
+        n = (self.seen.value() or 0) + 1
+        self.seen.update(n)
+        return value[0], value[1], n
+
+
+def test_keyed_map_filter_flat_map(env):
+    # one source partition keeps each key's records in input order; the keyed operators run on 2 subtasks
+    env.set_parallelism(1)
+    env.set_max_records_per_epoch(5)
+    records = [(f"k{i % 3}", i + 1) for i in range(15)]
+    results = (env.from_collection(records)
+               .key_by(lambda r: r[0]).map(KeyCounter()).set_parallelism(2)
+               .key_by(lambda r: r[0]).filter(lambda r: r[2] % 2 == 1).set_parallelism(2)
+               .key_by(lambda r: r[0]).flat_map(lambda r: [r, (r[0], -r[1], r[2])]).set_parallelism(2)
+               .execute_and_collect(limit=1000))
+    expected, seen = [], {}
+    for key, v in records:
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] % 2 == 1:
+            expected += [(key, v, seen[key]), (key, -v, seen[key])]
+    assert sorted(results) == sorted(expected)
+    assert max(r[2] for r in results) == 5  # the count lived across the three epochs
+
+
+# --- Row records, sum by field name, print without a prefix at parallelism 1 ------------------------------
+
+def test_row_named_records_and_print_at_parallelism_one(env, capsys):
+    env.set_parallelism(1)
+    rows = [("ann", 3), ("bob", 10), ("ann", 4), ("bob", -2), ("cid", 0)]
+    ds = env.from_collection(rows, type_info=Types.ROW_NAMED(["name", "amount"], [Types.STRING(), Types.LONG()]))
+    summed = ds.key_by(lambda r: r.name).sum("amount")
+    described = summed.map(lambda r: (type(r).__name__, isinstance(r, Row), r.name, r["amount"], r[1],
+                                      r.as_dict()))
+    described.print()
+    results = described.execute_and_collect(limit=100)
+    running, expected = {}, []
+    for name, amount in rows:
+        running[name] = running.get(name, 0) + amount
+        expected.append(("Row", True, name, running[name], running[name], {"name": name, "amount": running[name]}))
+    assert sorted(map(repr, results)) == sorted(map(repr, expected))
+    printed = capsys.readouterr().out.splitlines()
+    # parallelism 1: Flink prints records without a "N> " prefix
+    assert sorted(printed) == sorted(str(e) for e in expected)
+
+
+# --- print() at parallelism > 1 ----------------------------------------------------------------------------
+
+class Describe(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield ctx.get_current_key(), value[1] * 10
+
+
+def test_print_prefixes_records_with_the_subtask(env, capsys):
+    env.set_max_records_per_epoch(6)
+    records = [(f"key-{i % 5}", i) for i in range(12)]
+    out = env.from_collection(records).key_by(lambda r: r[0]).process(Describe())
+    out.print()
+    out.print("audit")
+    result = env.execute("print-job")
+    assert result.get_job_name() == "print-job"
+    assert result.epochs == 2 and result.records == len(records)
+    lines = capsys.readouterr().out.splitlines()
+    expected = []
+    for key, v in records:
+        subtask = compute_operator_index_for_key_group(128, 2, assign_to_key_group(key, 128)) + 1
+        expected += [f"{subtask}> {(key, v * 10)}", f"audit:{subtask}> {(key, v * 10)}"]
+    assert sorted(lines) == sorted(expected)
+    assert {line.split(">")[0] for line in lines} == {"1", "2", "audit:1", "audit:2"}
+
+
+# --- execute_and_collect ------------------------------------------------------------------------------------
+
+def test_execute_and_collect_with_limit(env):
+    results = env.from_collection(list(range(30))).map(lambda x: x * x).execute_and_collect(limit=7)
+    assert isinstance(results, list) and len(results) == 7
+    assert set(results) <= {x * x for x in range(30)}
+
+
+# --- failures -------------------------------------------------------------------------------------------
+
+class FailOn13(MapFunction):
+    def map(self, value):
+        if value[0] == 13:
+            raise ValueError(f"unlucky {value[0]}")
+        return value
+
+
+def test_failing_user_function_names_operator_and_record(env):
+    records = [(i, f"payload-{i}") for i in range(20)]
+    env.from_collection(records).map(FailOn13()).name("unlucky-mapper").map(lambda r: r[0]).print()
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("failing-job")
+    message = str(info.value)
+    assert "operator 'unlucky-mapper'" in message
+    assert "(13, 'payload-13')" in message
+    assert "ValueError: unlucky 13" in message
+
+
+# --- known bugs (runtime/, connectors/): strict xfails, so a fix turns them into failures to remove ---------------
+
+class KeyedCount(KeyedProcessFunction):
+    def __init__(self, tag):
+        self.tag = tag
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        yield self.tag, ctx.get_current_key(), n
+
+
+@pytest.mark.xfail(strict=True, raises=JobExecutionError,
+                   reason="runtime bug: a stage whose output is unioned with another stage's output runs with "
+                          "TaskContext.partitionId() of the union, so its subtask index is wrong")
+def test_union_of_two_keyed_streams(env):
+    records = [(f"k{i % 4}", i) for i in range(12)]
+    src = env.from_collection(records)
+    first = src.key_by(lambda r: r[0]).process(KeyedCount("first"))
+    second = src.key_by(lambda r: r[0]).process(KeyedCount("second"))
+    results = first.union(second).execute_and_collect(limit=1000)
+    expected = [(tag, f"k{k}", n) for tag in ("first", "second") for k in range(4) for n in range(1, 4)]
+    assert sorted(results) == sorted(expected)
+
+
+@pytest.mark.xfail(strict=True, raises=JobExecutionError,
+                   reason="runtime bug: driver-sink stages are collected as one union, so every stage after the "
+                          "first runs with a shifted subtask index")
+def test_sinks_on_two_different_stages(env, capsys):
+    records = [(f"k{i % 4}", i) for i in range(8)]
+    src = env.from_collection(records)
+    src.print()
+    counted = src.key_by(lambda r: r[0]).process(KeyedCount("c")).execute_and_collect(limit=100)
+    assert sorted(counted) == sorted(("c", f"k{k}", n) for k in range(4) for n in (1, 2))
+
+
+class EmitThenMutate(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        out = [value[1]]
+        yield ctx.get_current_key(), out
+        out.append("mutated after emit")
+
+
+@pytest.mark.xfail(strict=True, reason="runtime bug: emitted records are buffered by reference and serialized "
+                                       "only when the task flushes, so later mutation leaks into the output")
+def test_emitted_records_are_snapshots(env):
+    results = env.from_collection([("a", 1), ("b", 2)]).key_by(lambda r: r[0]).process(
+        EmitThenMutate()).execute_and_collect(limit=10)
+    assert sorted(results) == [("a", [1]), ("b", [2])]
+
+
+@pytest.mark.xfail(strict=True, reason="driver sink bug: the print prefix uses the job's parallelism, not the "
+                                       "sink's; Flink prints no 'N> ' prefix from a sink with parallelism 1")
+def test_print_sink_with_parallelism_one_has_no_prefix(env, capsys):
+    env.from_collection([1, 2, 3, 4]).map(lambda x: x * 10).print().set_parallelism(1)
+    env.execute("print-p1")
+    assert sorted(capsys.readouterr().out.splitlines()) == ["10", "20", "30", "40"]
