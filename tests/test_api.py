@@ -276,7 +276,7 @@ def test_failing_user_function_names_operator_and_record(env):
     assert "ValueError: unlucky 13" in message
 
 
-# --- known bugs (runtime/, connectors/): strict xfails, so a fix turns them into failures to remove ---------------
+# --- regressions: union of stage outputs, records copied on emit, print prefix per sink parallelism ---
 
 class KeyedCount(KeyedProcessFunction):
     def __init__(self, tag):
@@ -291,9 +291,6 @@ class KeyedCount(KeyedProcessFunction):
         yield self.tag, ctx.get_current_key(), n
 
 
-@pytest.mark.xfail(strict=True, raises=JobExecutionError,
-                   reason="runtime bug: a stage whose output is unioned with another stage's output runs with "
-                          "TaskContext.partitionId() of the union, so its subtask index is wrong")
 def test_union_of_two_keyed_streams(env):
     records = [(f"k{i % 4}", i) for i in range(12)]
     src = env.from_collection(records)
@@ -304,9 +301,6 @@ def test_union_of_two_keyed_streams(env):
     assert sorted(results) == sorted(expected)
 
 
-@pytest.mark.xfail(strict=True, raises=JobExecutionError,
-                   reason="runtime bug: driver-sink stages are collected as one union, so every stage after the "
-                          "first runs with a shifted subtask index")
 def test_sinks_on_two_different_stages(env, capsys):
     records = [(f"k{i % 4}", i) for i in range(8)]
     src = env.from_collection(records)
@@ -322,16 +316,12 @@ class EmitThenMutate(KeyedProcessFunction):
         out.append("mutated after emit")
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: emitted records are buffered by reference and serialized "
-                                       "only when the task flushes, so later mutation leaks into the output")
 def test_emitted_records_are_snapshots(env):
     results = env.from_collection([("a", 1), ("b", 2)]).key_by(lambda r: r[0]).process(
         EmitThenMutate()).execute_and_collect(limit=10)
     assert sorted(results) == [("a", [1]), ("b", [2])]
 
 
-@pytest.mark.xfail(strict=True, reason="driver sink bug: the print prefix uses the job's parallelism, not the "
-                                       "sink's; Flink prints no 'N> ' prefix from a sink with parallelism 1")
 def test_print_sink_with_parallelism_one_has_no_prefix(env, capsys):
     env.from_collection([1, 2, 3, 4]).map(lambda x: x * 10).print().set_parallelism(1)
     env.execute("print-p1")

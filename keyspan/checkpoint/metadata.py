@@ -56,6 +56,7 @@ runs = Table(
     Column("spark_checkpoint", Text, nullable=False),
     Column("restored_from", Text),
     Column("code_version", String(64)),
+    Column("fingerprint", String(64)),
     Column("error", Text),
 )
 
@@ -136,12 +137,12 @@ class MetadataStore:
 
     # runs -------------------------------------------------------------------------------
     def start_run(self, run_id: str, job_id: str, parallelism: int, epoch_base: int, spark_checkpoint: str,
-                  restored_from: str | None, code_version: str | None) -> None:
+                  restored_from: str | None, code_version: str | None, fingerprint: str) -> None:
         with self.engine.begin() as c:
             c.execute(insert(runs).values(
                 run_id=run_id, job_id=job_id, started_at=time.time(), status="RUNNING", parallelism=parallelism,
                 epoch_base=epoch_base, spark_checkpoint=spark_checkpoint, restored_from=restored_from,
-                code_version=code_version))
+                code_version=code_version, fingerprint=fingerprint))
 
     def end_run(self, run_id: str, status: str, error: str | None = None) -> None:
         with self.engine.begin() as c:

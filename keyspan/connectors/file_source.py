@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import posixpath
 
 import pyarrow as pa
@@ -145,6 +146,9 @@ class FileSource(KeyspanSource):
 
         def build(self) -> "FileSource":
             return FileSource(self._fmt, self._paths, self._continuous, self._max_files)
+
+    def fingerprint(self) -> str:
+        return f"files:{os.path.abspath(self.path) if '://' not in self.path else self.path}:{self.fmt.kind}"
 
     def reader(self, storage, uid):
         root = Storage(self.path)

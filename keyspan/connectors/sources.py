@@ -72,6 +72,10 @@ class KeyspanSource:
     def reader(self, storage: Storage, uid: str) -> SourceReader:
         raise NotImplementedError
 
+    def fingerprint(self) -> str:
+        """Identifies the input, so a checkpoint's offsets are never applied to other data."""
+        raise NotImplementedError
+
 
 class CollectionReader(SourceReader):
     def __init__(self, storage: Storage, path: str, total: int):
@@ -122,6 +126,9 @@ class CollectionSource(KeyspanSource):
             collection = [Row.from_values(names, r) if isinstance(r, (tuple, list)) else r for r in collection]
         self.collection = collection
 
+    def fingerprint(self) -> str:
+        return "collection:" + hashlib.sha256(serde.dumps(self.collection)).hexdigest()
+
     def reader(self, storage, uid):
         data = serde.dumps(self.collection)
         path = f"sources/{uid}-{hashlib.sha256(data).hexdigest()[:16]}.pkl"
@@ -140,6 +147,9 @@ class SparkSource:
     def __init__(self, dataframe, bounded: bool = False):
         self.dataframe = dataframe
         self.bounded = bounded
+
+    def fingerprint(self) -> str:
+        return "spark:" + self.dataframe.schema.simpleString()
 
 
 # --- the Spark Python data source -------------------------------------------------------------

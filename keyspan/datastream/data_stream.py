@@ -215,7 +215,7 @@ class DataStream:
 
         sink = CollectSink()
         self.sink_to(sink)
-        self._env.execute(job_execution_name or "collect")
+        self._env._execute_fresh(job_execution_name or "collect")
         results = sink.results()
         if limit is not None:
             return results[:limit]

@@ -138,6 +138,13 @@ class StreamExecutionEnvironment:
 
     # execution -------------------------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
+        """Run the job; continues from its latest checkpoint if its last run was interrupted."""
         from keyspan.runtime.executor import JobRunner
 
         return JobRunner(self, job_name or "keyspan-job", run_options.current()).run()
+
+    def _execute_fresh(self, job_name: str) -> JobExecutionResult:
+        """``execute_and_collect`` hands results to this process only, so it never resumes an old run."""
+        from keyspan.runtime.executor import JobRunner
+
+        return JobRunner(self, job_name, run_options.current(), fresh=True).run()

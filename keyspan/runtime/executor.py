@@ -81,7 +81,7 @@ class Progress:
 
 
 class JobRunner:
-    def __init__(self, env, job_name: str, options):
+    def __init__(self, env, job_name: str, options, fresh: bool = False):
         self.env = env
         self.job_name = job_name
         self.options = options
@@ -97,6 +97,7 @@ class JobRunner:
         self.code_version = code_version(self.job_file)
         self.progress = Progress(options.progress)
         self.failure: BaseException | None = None
+        self.fresh = fresh or options.fresh
 
     # -- set-up ---------------------------------------------------------------------------------
     def _start_fresh(self) -> None:
@@ -118,8 +119,21 @@ class JobRunner:
         base = latest_checkpoint["epoch"] + 1 if latest_checkpoint else 0
         spark_dir = os.path.join(self._spark_dir_root(), run_id)
         restored = f"checkpoint:{latest_checkpoint['epoch']}" if latest_checkpoint else None
-        self.store.start_run(run_id, self.job_id, self.parallelism, base, spark_dir, restored, self.code_version)
+        self.store.start_run(run_id, self.job_id, self.parallelism, base, spark_dir, restored, self.code_version,
+                             self.fingerprint)
         return self.store.latest_run(self.job_id), True
+
+    def _must_start_over(self) -> str | None:
+        """Why the job's last run cannot be continued, if it cannot: a bounded run that finished has
+        nothing left to resume, and a job whose operators or input changed must not inherit offsets."""
+        run = self.store.latest_run(self.job_id)
+        if run is None:
+            return None
+        if run["status"] == "FINISHED":
+            return None if self.store.latest_checkpoint(self.job_id) is None else "its last run finished"
+        if run["fingerprint"] != self.fingerprint:
+            return "its operators or input changed since its last checkpoint"
+        return None
 
     # -- running ------------------------------------------------------------------------------
     def run(self):
@@ -128,7 +142,13 @@ class JobRunner:
         started = time.time()
         plan = compile_graph(self.env._transformations, self.parallelism, self.max_parallelism)
         self.plan = plan
-        if self.options.fresh:
+        self.fingerprint = hashlib.sha256(json.dumps(
+            [[(o["uid"], o["kind"]) for o in plan.operators], [t.spec.fingerprint() for t in plan.sources]]
+        ).encode()).hexdigest()[:16]
+        reason = None if self.fresh else self._must_start_over()
+        if reason:
+            print(f"keyspan: job '{self.job_id}' starts from scratch: {reason}", file=sys.stderr)
+        if self.fresh or reason:
             self._start_fresh()
         self.store.register_job(self.job_id, self.job_name, self.job_file, self.code_version, self.max_parallelism)
         latest = self.store.latest_checkpoint(self.job_id)
@@ -286,9 +306,12 @@ class JobRunner:
                 src = self._source_batch(batch_df, s.pushdown_source)
                 kg = F.pmod(F.xxhash64(*[_jvm_key_column(src, c) for c in s.pushdown_columns]),
                             F.lit(self.max_parallelism)).cast("int")
-                in_df = (src.withColumn("_ks_kg", kg)
-                         .withColumn("_ks_sub", F.expr(f"CAST(_ks_kg * {p.parallelism} DIV {p.max_parallelism} AS INT)"))
-                         .repartitionById(p.parallelism, "_ks_sub"))
+                routed = src.select("*", kg.alias("_ks_kg")).withColumn(
+                    "_ks_sub", F.expr(f"CAST(_ks_kg * {p.parallelism} DIV {p.max_parallelism} AS INT)"))
+                heartbeat = self.spark.range(p.parallelism).select(
+                    *[F.lit(None).cast(f.dataType).alias(f.name) for f in src.schema.fields],
+                    F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
+                in_df = routed.unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
             else:
                 parts = [outputs[up].filter(F.col("_ks_exit") == exit_id) for up, exit_id in s.inputs]
                 in_df = reduce(lambda a, b: a.union(b), parts).repartitionById(p.parallelism, "_ks_sub")
@@ -307,9 +330,8 @@ class JobRunner:
                 finals.append(out)
             elif any(e.kind == "driver" for e in s.plan.exits):
                 finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
-        final = reduce(lambda a, b: a.union(b), finals)
         try:
-            result = final.select("_ks_exit", "_ks_sub", "_ks_ctl", "payload").collect()
+            result = _collect_all([f.select("_ks_exit", "_ks_sub", "_ks_ctl", "payload") for f in finals])
         finally:
             for df in persisted:
                 df.unpersist()
@@ -390,7 +412,19 @@ class JobRunner:
             sink_index, records = serde.loads(payload)
             by_sink.setdefault(sink_index, {}).setdefault(subtask, []).extend(records)
         for sink_index, records_by_subtask in by_sink.items():
-            self.plan.driver_sinks[sink_index].deliver(records_by_subtask, self.parallelism)
+            sink, parallelism = self.plan.driver_sinks[sink_index]
+            sink.deliver(records_by_subtask, parallelism)
+
+
+def _collect_all(frames) -> list:
+    """Each terminal stage is its own Spark job (run concurrently), never a union of stage outputs:
+    under a union, a task's partition id would no longer be its subtask index."""
+    if len(frames) == 1:
+        return frames[0].collect()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(frames)) as pool:
+        return [row for rows in pool.map(lambda f: f.collect(), frames) for row in rows]
 
 
 def _jvm_key_column(df, name):

@@ -77,7 +77,7 @@ class Stage:
 class PhysicalPlan:
     stages: list[Stage]
     sources: list[Transformation]
-    driver_sinks: list[Any]
+    driver_sinks: list[tuple[Any, int]]  # (sink, parallelism of the stage it runs in)
     task_sinks: dict[str, Any]
     operators: list[dict]  # uid, name, kind, generated — recorded in every checkpoint
 
@@ -189,7 +189,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             else:
                 op.kind = "driver_sink"
                 op.driver_sink_index = len(driver_sinks)
-                driver_sinks.append(t.spec)
+                driver_sinks.append((t.spec, stage.plan.parallelism))
         stage.plan.ops.append(op)
         stage_of[t.id] = stage.plan.stage_id
         op_index[t.id] = op.index

@@ -9,6 +9,7 @@ worker between epochs and are confirmed, rolled back or reloaded at the next epo
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 
@@ -60,8 +61,16 @@ def make_stage_function(plan_bytes: bytes, digest: str, epoch_ctx: dict):
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        subtask = tc.partitionId() if tc else 0
         attempt = tc.attemptNumber() if tc else 0
+        subtask = tc.partitionId() if tc else 0
+        if plan.input_format in ("exchange", "typed_keyed"):
+            # A partition id is not the subtask once Spark unions stage outputs; every partition of an
+            # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
+            batches = iter(batches)
+            first = next((b for b in batches if b.num_rows), None)
+            if first is not None:
+                subtask = first.column(first.schema.get_field_index("_ks_sub"))[0].as_py()
+                batches = itertools.chain([first], batches)
         yield from StageTask(plan, epoch_ctx, subtask, attempt).run(batches)
 
     return run
@@ -377,7 +386,8 @@ class StageTask:
             return writer.write
         if kind == "driver_sink":
             buf = self.driver_buffers.setdefault(op.driver_sink_index, [])
-            return buf.append
+            append = buf.append
+            return lambda value: append(_frozen(value))
         raise ValueError(f"unknown operator kind {kind}")
 
     def _open_plain(self, op):
@@ -457,8 +467,10 @@ class StageTask:
                 cols = [batch.column(names.index(n)).to_pylist() for n in plan.typed_fields]
                 select = plan.key_selector
                 new = tuple.__new__
-                self.records_in += batch.num_rows
+                self.records_in += batch.num_rows - kg_col.count(-1)
                 for kg, values in zip(kg_col, zip(*cols)):
+                    if kg < 0:
+                        continue  # the heartbeat row that tells this task its subtask
                     r = new(row_cls, values)
                     single(r, select(r), kg)
             else:  # exchange
@@ -560,6 +572,20 @@ def _discard(value):
     pass
 
 
+_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+
+def _frozen(record):
+    """What a record is at the moment it is emitted: mutable records are copied, as PyFlink
+    serializes on emit, so a function that mutates an object after yielding it changes nothing."""
+    t = type(record)
+    if t in _IMMUTABLE:
+        return record
+    if isinstance(record, tuple) and all(type(v) in _IMMUTABLE for v in record):
+        return record
+    return serde.loads(serde.dumps(record))
+
+
 class _KeyedExit:
     """Routes by key group: key group = hash(key) mod max parallelism, subtask = kg × p ÷ max p."""
 
@@ -571,6 +597,7 @@ class _KeyedExit:
         self.buffered = 0
 
     def add(self, record):
+        record = _frozen(record)
         key = self.selector(record)
         h = _hash_atom(key, SEED)
         if h >= 1 << 63:
@@ -598,7 +625,7 @@ class _RebalanceExit:
         self.buffered = 0
 
     def add(self, record):
-        self.records.append(record)
+        self.records.append(_frozen(record))
         self.buffered += 1
 
     def flush(self, exit_id, row):

@@ -15,6 +15,13 @@ from keyspan.state.api import (
 from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
 
 MISSING = object()
+_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+
+def _copy_value(value):
+    if isinstance(value, tuple) and all(type(v) in _IMMUTABLE for v in value):
+        return value
+    return copy.deepcopy(value)
 
 
 class StateTable:
@@ -36,7 +43,11 @@ class StateTable:
             undo = self.undo[kg] = {}
         if key not in undo:
             old = group.get(key, MISSING)
-            undo[key] = copy(old) if (copy is not None and old is not MISSING) else old
+            if old is not MISSING and type(old) not in _IMMUTABLE:
+                # the user may have mutated the object they got from value() before update():
+                # keep a private copy so a rollback restores what the last committed epoch held
+                old = (copy or _copy_value)(old)
+            undo[key] = old
         return group
 
     def changes(self):
