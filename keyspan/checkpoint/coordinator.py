@@ -76,6 +76,8 @@ class Retention:
             old_epoch, old_paths = self.window.popleft()
             live = set().union(*(paths for _, paths in self.window))
             for path in old_paths - live:
+                if "://" in path:
+                    continue  # a restored savepoint's file: savepoints belong to the user
                 self.storage.delete(path)
                 removed += 1
             dropped.append(old_epoch)

@@ -7,7 +7,6 @@ reader sees the epoch's offsets, state handles and sink files together or not at
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -41,6 +40,20 @@ jobs = Table(
     Column("code_version", String(64)),
     Column("max_parallelism", Integer),
     Column("api_url", Text),
+    Column("job_copy", Text),
+)
+
+savepoints = Table(
+    "savepoints",
+    metadata,
+    Column("path", String(1000), primary_key=True),
+    Column("job_id", String(200), nullable=False, index=True),
+    Column("epoch", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("parallelism", Integer, nullable=False),
+    Column("code_version", String(64)),
+    Column("restored_from", Text),
+    Column("trigger", String(32), nullable=False),
 )
 
 runs = Table(
@@ -124,6 +137,26 @@ class MetadataStore:
             if name_or_file in (job["job_id"], job["name"]) or job["job_file"] == path:
                 return job
         return None
+
+    def set_job_copy(self, job_id: str, uri: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(update(jobs).where(jobs.c.job_id == job_id).values(job_copy=uri))
+
+    def add_savepoint(self, **row) -> None:
+        with self.engine.begin() as c:
+            c.execute(insert(savepoints).values(created_at=time.time(), **row))
+
+    def list_savepoints(self, job_id: str | None = None) -> list[dict]:
+        q = select(savepoints).order_by(savepoints.c.created_at)
+        if job_id is not None:
+            q = q.where(savepoints.c.job_id == job_id)
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(q).mappings()]
+
+    def list_runs(self, job_id: str) -> list[dict]:
+        with self.engine.connect() as c:
+            return [dict(r) for r in c.execute(select(runs).where(runs.c.job_id == job_id)
+                                               .order_by(runs.c.started_at)).mappings()]
 
     def set_api_url(self, job_id: str, url: str | None) -> None:
         with self.engine.begin() as c:
@@ -211,6 +244,3 @@ def _sqlite_pragmas(dbapi_connection, _record):
     cur.execute("PRAGMA busy_timeout=30000")
     cur.close()
 
-
-def dumps_json(obj) -> str:
-    return json.dumps(obj, sort_keys=True)

@@ -45,6 +45,14 @@ def write(storage: Storage, rel: str, sections: dict[int, bytes], meta: dict | N
     return {"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def resolve(storage: Storage, path: str) -> tuple[Storage, str]:
+    """A handle's path is relative to the job's storage, or an absolute URL (a restored savepoint's file)."""
+    if "://" in path:
+        parent, name = path.rsplit("/", 1)
+        return Storage(parent, storage.storage_options), name
+    return storage, path
+
+
 class ReadStats:
     """Bytes read per restore, so tests and benchmarks can check a subtask reads only its share."""
 
@@ -55,6 +63,7 @@ class ReadStats:
 
 def read_key_groups(storage: Storage, rel: str, key_groups: range, stats: ReadStats | None = None):
     """Yield (key_group, payload) for the wanted key groups, reading only their byte span."""
+    storage, rel = resolve(storage, rel)
     size = storage.size(rel)
     if size < len(MAGIC) + _TAIL.size:
         raise CorruptStateFile(f"state file {storage.url(rel)} is truncated ({size} bytes)")
@@ -74,6 +83,9 @@ def read_key_groups(storage: Storage, rel: str, key_groups: range, stats: ReadSt
     lo = wanted[0][1]
     hi = max(off + ln for _, off, ln in wanted)
     span = storage.read(rel, lo, hi - lo)
+    if len(span) != hi - lo:  # a ranged read of an object store stops short at a truncated object
+        raise CorruptStateFile(f"state file {storage.url(rel)} is truncated: key groups need bytes {lo}-{hi}, "
+                               f"got {len(span)}")
     if stats is not None:
         stats.bytes_read += hi - lo
     for kg, off, ln in wanted:

@@ -6,6 +6,8 @@ import datetime
 import os
 import runpy
 import sys
+import tempfile
+import time
 from typing import Optional
 
 import typer
@@ -43,8 +45,12 @@ def run(
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url", help="SQLAlchemy URL of the metadata "
                                                "store (default: SQLite in the workdir)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="live progress line on stderr"),
+    from_savepoint: Optional[str] = typer.Option(None, "--fromSavepoint", "-s",
+                                                 help="restore the job's state from this savepoint"),
+    allow_non_restored_state: bool = typer.Option(False, "--allow-non-restored-state", "-n",
+                                                  help="drop savepoint state of operators the job no longer has"),
 ):
-    """Run JOB.py; resumes from the job's latest checkpoint unless --fresh."""
+    """Run JOB.py; resumes from the job's latest checkpoint unless --fresh (or -s SAVEPOINT)."""
     from keyspan.runtime.executor import JobExecutionError
     from keyspan.runtime.session import JavaNotFoundError, check_java
 
@@ -57,7 +63,8 @@ def run(
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
     run_options.install(_options(workdir, metadata_url, parallelism=parallelism, checkpoint_dir=checkpoint_dir,
-                                 fresh=fresh, job_file=os.path.abspath(job), progress=progress))
+                                 fresh=fresh, job_file=os.path.abspath(job), progress=progress,
+                                 savepoint_path=from_savepoint, allow_non_restored_state=allow_non_restored_state))
     sys.argv = [job] + list(ctx.args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(job)))
     try:
@@ -102,6 +109,207 @@ def checkpoints(
     out.print(table)
     if not rows:
         out.print("no checkpoints yet")
+
+
+def _api(store, job: str) -> tuple[dict, str]:
+    info = _job_or_exit(store, job)
+    if not info.get("api_url"):
+        err.print(f"[red]keyspan: job '{info['job_id']}' is not running (no driver API registered)[/red]")
+        raise typer.Exit(2)
+    return info, info["api_url"]
+
+
+def _await_trigger(api_url: str, job_id: str, trigger: str, timeout: float = 600) -> str:
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        answer = httpx.get(f"{api_url}/jobs/{job_id}/savepoints/{trigger}", timeout=10).json()
+        if answer["status"]["id"] == "COMPLETED":
+            operation = answer["operation"]
+            if "failure-cause" in operation:
+                err.print(f"[red]keyspan: savepoint failed: {operation['failure-cause']}[/red]")
+                raise typer.Exit(1)
+            return operation.get("location")
+        time.sleep(0.2)
+    err.print("[red]keyspan: timed out waiting for the savepoint[/red]")
+    raise typer.Exit(1)
+
+
+@app.command()
+def savepoint(
+    job: str = typer.Argument(..., help="job name, id, or job file"),
+    target: Optional[str] = typer.Argument(None, help="savepoint directory URI (default <workdir>/savepoints/JOB/…)"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
+    metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
+):
+    """Take a savepoint of a running job; prints its path once complete."""
+    import httpx
+
+    from keyspan.checkpoint.metadata import MetadataStore
+
+    store = MetadataStore(_options(workdir, metadata_url).metadata())
+    info, api_url = _api(store, job)
+    trigger = httpx.post(f"{api_url}/jobs/{info['job_id']}/savepoints", json={"target_directory": target},
+                         timeout=30).json()["request-id"]
+    out.print(_await_trigger(api_url, info["job_id"], trigger))
+
+
+def _stop(job, savepoint_flag, target, workdir, metadata_url) -> str | None:
+    import httpx
+
+    from keyspan.checkpoint.metadata import MetadataStore
+
+    store = MetadataStore(_options(workdir, metadata_url).metadata())
+    info, api_url = _api(store, job)
+    trigger = httpx.post(f"{api_url}/jobs/{info['job_id']}/stop",
+                         json={"savepoint": savepoint_flag, "target_directory": target}, timeout=30).json()["request-id"]
+    path = _await_trigger(api_url, info["job_id"], trigger)
+    return path
+
+
+@app.command()
+def stop(
+    job: str = typer.Argument(..., help="job name, id, or job file"),
+    with_savepoint: bool = typer.Option(False, "--savepoint", "-s", help="take a savepoint at the stop"),
+    target: Optional[str] = typer.Argument(None, help="savepoint directory URI"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
+    metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
+):
+    """Finish the current epoch and stop the job (with --savepoint: take a savepoint at that cut)."""
+    path = _stop(job, with_savepoint, target, workdir, metadata_url)
+    out.print(path if path else "stopped")
+
+
+@app.command()
+def cancel(
+    job: str = typer.Argument(..., help="job name, id, or job file"),
+    with_savepoint: bool = typer.Option(False, "--withSavepoint", "-s", help="take a savepoint first"),
+    target: Optional[str] = typer.Argument(None, help="savepoint directory URI"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
+    metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
+):
+    """Alias of stop (Flink's `cancel -s`)."""
+    path = _stop(job, with_savepoint, target, workdir, metadata_url)
+    out.print(path if path else "cancelled")
+
+
+@app.command()
+def savepoints(
+    job: str = typer.Argument(..., help="job name, id, or job file"),
+    tree: bool = typer.Option(False, "--tree", help="draw the version tree: which savepoint or checkpoint each "
+                              "run was restored from, with code versions"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
+    metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
+):
+    """List the job's savepoints (keyspan never deletes them)."""
+    from keyspan.checkpoint.metadata import MetadataStore
+
+    store = MetadataStore(_options(workdir, metadata_url).metadata())
+    info = _job_or_exit(store, job)
+    rows = store.list_savepoints(info["job_id"])
+    if tree:
+        out.print(_lineage_tree(info["job_id"], rows, store.list_runs(info["job_id"])))
+        return
+    table = Table(title=f"savepoints of job '{info['job_id']}'")
+    for col in ("path", "epoch", "taken at", "parallelism", "code version", "trigger", "run restored from"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["path"], str(r["epoch"]), datetime.datetime.fromtimestamp(r["created_at"]).isoformat(
+            timespec="seconds"), str(r["parallelism"]), r["code_version"] or "-", r["trigger"], r["restored_from"] or "-")
+    out.print(table)
+    if not rows:
+        out.print("no savepoints yet")
+
+
+def _lineage_tree(job_id: str, savepoints_rows: list[dict], runs: list[dict]):
+    """Seed 002's version tree: savepoints hang under the savepoint their run was restored from."""
+    from rich.tree import Tree
+
+    root = Tree(f"job '{job_id}'")
+    nodes = {}
+    for sp in sorted(savepoints_rows, key=lambda r: r["created_at"]):
+        parent_ref = (sp["restored_from"] or "").removeprefix("savepoint:")
+        parent = nodes.get(parent_ref, root)
+        label = (f"{sp['path']}  [dim]epoch {sp['epoch']}, p={sp['parallelism']}, code {sp['code_version'] or '-'}, "
+                 f"{sp['trigger']}[/dim]")
+        nodes[sp["path"]] = parent.add(label)
+    for run in runs:
+        ref = (run["restored_from"] or "").removeprefix("savepoint:")
+        if ref in nodes:
+            nodes[ref].add(f"[cyan]run {run['run_id']}[/cyan] p={run['parallelism']} code "
+                           f"{run['code_version'] or '-'} {run['status']}")
+    return root
+
+
+@app.command()
+def rescale(
+    job: str = typer.Argument(..., help="job name, id, or job file"),
+    parallelism: int = typer.Option(..., "--parallelism", "-p", help="the new parallelism"),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
+    metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
+    log: Optional[str] = typer.Option(None, "--log", help="where the restarted driver writes its output"),
+):
+    """One-click rescale: stop with a savepoint, restart from it with the new parallelism."""
+    import subprocess
+
+    from keyspan.checkpoint.metadata import MetadataStore
+
+    opts = _options(workdir, metadata_url)
+    store = MetadataStore(opts.metadata())
+    info, _ = _api(store, job)
+    job_id = info["job_id"]
+    old_run = store.latest_run(job_id)
+    t0 = time.time()
+    path = _stop(job, True, None, workdir, metadata_url)
+    t1 = time.time()
+    while (store.latest_run(job_id) or {}).get("status") == "RUNNING" and time.time() - t1 < 300:
+        time.sleep(0.2)
+    t2 = time.time()
+    job_file = _job_file_from_storage(info)
+    log = log or os.path.join(os.path.abspath(opts.workdir), "logs", f"{job_id}-{int(t2)}.log")
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    cmd = [sys.executable, "-m", "keyspan", "run", job_file, "-s", path, "--parallelism", str(parallelism),
+           "--workdir", os.path.abspath(opts.workdir), "--no-progress"]
+    if metadata_url:
+        cmd += ["--metadata-url", metadata_url]
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=os.getcwd())
+    while time.time() - t2 < 300:
+        run = store.latest_run(job_id)
+        if run and run["run_id"] != old_run["run_id"] and (store.get_job(job_id) or {}).get("api_url"):
+            break
+        if proc.poll() is not None:
+            err.print(f"[red]keyspan: the restarted job exited with {proc.returncode}; see {log}[/red]")
+            raise typer.Exit(1)
+        time.sleep(0.2)
+    t3 = time.time()
+    table = Table(title=f"rescaled job '{job_id}' to parallelism {parallelism}")
+    table.add_column("step")
+    table.add_column("seconds", justify="right")
+    table.add_row("stop with savepoint", f"{t1 - t0:.2f}")
+    table.add_row("old driver exit", f"{t2 - t1:.2f}")
+    table.add_row("restart from savepoint (API up)", f"{t3 - t2:.2f}")
+    table.add_row("total", f"{t3 - t0:.2f}")
+    out.print(table)
+    out.print(f"savepoint: {path}\nnew driver pid {proc.pid}, log: {log}")
+
+
+def _job_file_from_storage(info: dict) -> str:
+    """The job's code as keyspan stored it (not the path it was first started from)."""
+    from keyspan.checkpoint.storage import Storage
+
+    copy = info.get("job_copy")
+    if not copy:
+        return info["job_file"]
+    parent, name = copy.rsplit("/", 1)
+    if copy.startswith("file://"):
+        return copy[len("file://"):]
+    local = os.path.join(tempfile.mkdtemp(prefix="keyspan-job-"), name)
+    with open(local, "wb") as f:
+        f.write(Storage(parent).read(name))
+    return local
 
 
 def main():

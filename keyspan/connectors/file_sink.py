@@ -1,7 +1,12 @@
 """A transactional row-format file sink (``FileSink.for_row_format``), exactly-once by two phases:
 each task stages its epoch output under ``.staging/``; the driver renames staged files to their
 final names only after the epoch's checkpoint committed. Renaming is idempotent, so publishing
-again after a crash neither loses nor duplicates a file."""
+again after a crash neither loses nor duplicates a file — also on an object store (``s3://``),
+where a rename is a copy and a delete: publishing again after a crash between the two copies the
+staged file over the identical final one and then deletes it.
+
+The base path is any URI the checkpoint ``Storage`` supports; ``storage_options`` (a keyspan
+extension) configure its fsspec file system, e.g. s3fs's ``endpoint_url``/``key``/``secret``."""
 
 from __future__ import annotations
 
@@ -49,10 +54,12 @@ class FileSink:
     name = "File Sink"
     runs_in_task = True
 
-    def __init__(self, base_path: str, encoder: Encoder, output_file_config: OutputFileConfig | None = None):
+    def __init__(self, base_path: str, encoder: Encoder, output_file_config: OutputFileConfig | None = None,
+                 storage_options: dict | None = None):
         self.base_path = base_path
         self.encoder = encoder
         self.output_file_config = output_file_config or OutputFileConfig()
+        self.storage_options = dict(storage_options or {})
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> "FileSink.RowFormatBuilder":
@@ -63,6 +70,7 @@ class FileSink:
             self._base_path = base_path
             self._encoder = encoder
             self._config = OutputFileConfig()
+            self._storage_options: dict = {}
 
         def with_output_file_config(self, output_file_config: OutputFileConfig):
             self._config = output_file_config
@@ -74,11 +82,17 @@ class FileSink:
         def with_rolling_policy(self, _policy):
             return self
 
+        def with_storage_options(self, storage_options: dict):
+            """keyspan: options for the base path's fsspec file system (e.g. s3fs's ``endpoint_url``,
+            ``key``, ``secret``); without them the environment configures it (``AWS_*`` variables)."""
+            self._storage_options = dict(storage_options)
+            return self
+
         def build(self) -> "FileSink":
-            return FileSink(self._base_path, self._encoder, self._config)
+            return FileSink(self._base_path, self._encoder, self._config, self._storage_options)
 
     def storage(self) -> Storage:
-        return Storage(self.base_path)
+        return Storage(self.base_path, self.storage_options)
 
     def create_writer(self, subtask: int, epoch: int, token: str) -> "FileSinkWriter":
         return FileSinkWriter(self, subtask, epoch, token)

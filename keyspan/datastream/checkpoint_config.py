@@ -14,6 +14,7 @@ class CheckpointConfig:
         self.enabled = False
         self.mode = CheckpointingMode.EXACTLY_ONCE
         self.storage_uri: str | None = None
+        self.storage_options: dict = {}
         self.num_retained = 3
         self.tolerable_failures = 0
         self.max_delta_chain = 32
@@ -44,6 +45,19 @@ class CheckpointConfig:
 
     def get_checkpoint_storage_dir(self) -> str | None:
         return self.storage_uri
+
+    def set_checkpoint_storage_options(self, storage_options: dict) -> "CheckpointConfig":
+        """keyspan: options for the fsspec file system of the checkpoint storage dir (for ``s3://``,
+        s3fs's ``key``, ``secret``, ``endpoint_url``, ``client_kwargs``, ``config_kwargs``, ...).
+        They travel with every Spark task; credentials are better left to the environment or an
+        instance role where the executors can get them (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...)."""
+        if not isinstance(storage_options, dict):
+            raise TypeError("checkpoint storage options must be a dict")
+        self.storage_options = dict(storage_options)
+        return self
+
+    def get_checkpoint_storage_options(self) -> dict:
+        return dict(self.storage_options)
 
     def set_tolerable_checkpoint_failure_number(self, number: int) -> "CheckpointConfig":
         self.tolerable_failures = int(number)

@@ -14,15 +14,24 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 import uuid
 from functools import reduce
 
 from keyspan.checkpoint.coordinator import InconsistentEpoch, Retention, collect_control, next_manifest
 from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.savepoint import (
+    SavepointError,
+    default_target,
+    load_savepoint,
+    restored_manifest,
+    write_savepoint,
+)
 from keyspan.checkpoint.storage import Storage
 from keyspan.connectors.sources import KeyspanSource, SparkSource, source_dataframe
 from keyspan.runtime import session as spark_session
+from keyspan.rest.server import start_api
 from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, compile_graph
 from keyspan.runtime.task import OUTPUT_DDL, UserFunctionError, make_stage_function
 from keyspan.state import serde
@@ -80,6 +89,23 @@ class Progress:
             sys.stderr.flush()
 
 
+class JobControl:
+    """Requests from outside the driver loop (the REST API) that the loop acts on between epochs."""
+
+    def __init__(self):
+        self.stop_request: dict | None = None
+        self.stopped = False
+
+    def request_stop(self, savepoint: bool, target: str | None) -> dict:
+        if self.stop_request is None:
+            self.stop_request = {"savepoint": savepoint, "target": target, "done": False}
+        return self.stop_request
+
+    def stop_due(self, in_epoch: bool) -> bool:
+        """Stop at an epoch boundary: the current epoch finishes and commits first."""
+        return self.stop_request is not None and not self.stopped and not in_epoch
+
+
 class JobRunner:
     def __init__(self, env, job_name: str, options, fresh: bool = False):
         self.env = env
@@ -92,12 +118,15 @@ class JobRunner:
         self.checkpoint_config = env.get_checkpoint_config()
         self.store = MetadataStore(options.metadata())
         root = self.checkpoint_config.get_checkpoint_storage_dir() or options.checkpoint_root()
-        self.storage = Storage(root).child(self.job_id)
+        self.storage = Storage(root, self.checkpoint_config.get_checkpoint_storage_options()).child(self.job_id)
         self.job_file = _job_file(options)
         self.code_version = code_version(self.job_file)
         self.progress = Progress(options.progress)
         self.failure: BaseException | None = None
         self.fresh = fresh or options.fresh
+        self.control = JobControl()
+        self._files_lock = threading.Lock()
+        self._in_epoch = False
 
     # -- set-up ---------------------------------------------------------------------------------
     def _start_fresh(self) -> None:
@@ -145,12 +174,17 @@ class JobRunner:
         self.fingerprint = hashlib.sha256(json.dumps(
             [[(o["uid"], o["kind"]) for o in plan.operators], [t.spec.fingerprint() for t in plan.sources]]
         ).encode()).hexdigest()[:16]
-        reason = None if self.fresh else self._must_start_over()
+        self._warn_generated_uids()
+        savepoint = self._load_savepoint() if self.options.savepoint_path else None
+        reason = None if (self.fresh or savepoint) else self._must_start_over()
         if reason:
             print(f"keyspan: job '{self.job_id}' starts from scratch: {reason}", file=sys.stderr)
-        if self.fresh or reason:
+        if self.fresh or reason or savepoint:
             self._start_fresh()
         self.store.register_job(self.job_id, self.job_name, self.job_file, self.code_version, self.max_parallelism)
+        self._keep_job_file()
+        if savepoint:
+            self._commit_restore_point(savepoint)
         latest = self.store.latest_checkpoint(self.job_id)
         if latest is not None and latest["max_parallelism"] != self.max_parallelism:
             raise JobExecutionError(
@@ -158,7 +192,11 @@ class JobRunner:
                 f"{latest['max_parallelism']}, the job now asks for {self.max_parallelism}. Max parallelism "
                 "fixes the key groups for the life of the state; keep it, or start over with --fresh.")
         self.run_info, new_run = self._choose_run(latest)
-        if latest is not None:
+        if savepoint:
+            print(f"keyspan: restoring job '{self.job_id}' from savepoint {savepoint['uri']} (epoch "
+                  f"{savepoint['epoch']}, parallelism {savepoint['parallelism']} -> {self.parallelism})",
+                  file=sys.stderr)
+        elif latest is not None:
             print(f"keyspan: resuming job '{self.job_id}' from checkpoint {latest['epoch']} "
                   f"(epoch {latest['epoch']}, {latest['records']} records in that epoch, state at "
                   f"{self.storage.uri})", file=sys.stderr)
@@ -172,6 +210,11 @@ class JobRunner:
         spark_session.prepare_session(spark)
         self.spark = spark
         offsets = latest["source_offsets"] if (latest and new_run) else None
+        if offsets is not None and any(isinstance(t.spec, SparkSource) for t in plan.sources):
+            raise JobExecutionError(
+                f"job '{self.job_id}': a from_spark source resumes only from its own Spark offset log, which "
+                "this run does not have (restored from a savepoint, or the log was lost); use a keyspan source "
+                "(from_collection, FileSource) to restore from savepoints")
         stream = self._source_stream(spark, offsets)
         writer = stream.writeStream.foreachBatch(self._run_epoch).option(
             "checkpointLocation", self.run_info["spark_checkpoint"]).queryName(f"keyspan-{self.job_id}")
@@ -180,23 +223,111 @@ class JobRunner:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.checkpoint_config.interval_ms} milliseconds")
+        api = start_api(self) if self.options.rest_api else None
         query = writer.start()
         self.query = query
+        status = "FINISHED" if bounded else "STOPPED"
         try:
             while query.isActive:
-                query.awaitTermination(0.5)
+                query.awaitTermination(0.2)
                 self.progress.update()
+                if self.control.stop_due(self._in_epoch):
+                    self._stop_with_savepoint()
+                    status = "STOPPED"
+                    break
             query.awaitTermination()
         except Exception as exc:  # noqa: BLE001 — reported below with the stored cause
             self._fail(exc)
         finally:
             self.progress.done()
-        if self.failure is not None:
+            if api is not None:
+                api.close()
+        if self.failure is not None and not self.control.stopped:
             self._fail(self.failure)
-        self.store.end_run(self.run_info["run_id"], "FINISHED" if bounded else "STOPPED")
+        self.store.end_run(self.run_info["run_id"], status)
         last = self.committed["epoch"] if self.committed else None
         return JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
                                   self.progress.epochs, self.progress.records, last)
+
+    # -- savepoints ---------------------------------------------------------------------------------
+    def _warn_generated_uids(self) -> None:
+        stateful = [o for o in self.plan.operators if o["generated"] and o["kind"] in ("keyed_process",)]
+        if stateful:
+            names = ", ".join(f"'{o['name']}' ({o['uid']})" for o in stateful)
+            print(f"keyspan: warning: stateful operators without uid(...): {names}. Their state is keyed by an id "
+                  "derived from their place in the graph; changing the job may orphan it in savepoints.",
+                  file=sys.stderr)
+
+    def _load_savepoint(self) -> dict:
+        try:
+            metadata = load_savepoint(self.options.savepoint_path)
+        except SavepointError as exc:
+            raise JobExecutionError(str(exc)) from None
+        if metadata["max_parallelism"] != self.max_parallelism:
+            raise JobExecutionError(
+                f"savepoint {metadata['uri']} was taken with max parallelism {metadata['max_parallelism']}, the "
+                f"job asks for {self.max_parallelism}: max parallelism fixes the key groups for the life of the "
+                "state, so it cannot change on restore")
+        uids = {o["uid"] for o in self.plan.operators}
+        orphaned = sorted(uid for uid in metadata["state"] if uid not in uids)
+        if orphaned and not self.options.allow_non_restored_state:
+            raise JobExecutionError(
+                f"savepoint {metadata['uri']} has state for operator(s) {', '.join(orphaned)} that the job no "
+                "longer has; give them their uid(...) back, or pass --allow-non-restored-state to drop that state")
+        for uid in orphaned:
+            del metadata["state"][uid]
+        return metadata
+
+    def _commit_restore_point(self, savepoint: dict) -> None:
+        """The savepoint becomes the job's latest checkpoint; its files stay where they are (and are
+        never deleted by keyspan)."""
+        self.store.commit_checkpoint(
+            job_id=self.job_id, epoch=savepoint["epoch"], run_id="savepoint", parallelism=savepoint["parallelism"],
+            max_parallelism=savepoint["max_parallelism"], source_offsets=savepoint["source_offsets"],
+            manifest=restored_manifest(savepoint), tokens={}, sinks={}, operators=savepoint["operators"],
+            bytes_written=0, records=0, restored_from=f"savepoint:{savepoint['uri']}",
+            code_version=savepoint.get("code_version"))
+
+    def _keep_job_file(self) -> None:
+        """Seed 000: the job's code travels with its checkpoints, so a restart needs nothing else."""
+        if not self.job_file or not os.path.exists(self.job_file):
+            return
+        with open(self.job_file, "rb") as f:
+            data = f.read()
+        rel = f"job/{self.code_version}.py"
+        if not self.storage.exists(rel):
+            self.storage.write(rel, data)
+        self.store.set_job_copy(self.job_id, self.storage.url(rel))
+
+    def take_savepoint(self, target: str | None = None, trigger: str = "manual") -> str:
+        """Materialise the latest committed checkpoint as a savepoint (a consistent cut by construction)."""
+        with self._files_lock:
+            checkpoint = self.committed
+            if checkpoint is None:
+                raise JobExecutionError(f"job '{self.job_id}' has no committed checkpoint yet")
+            target = target or default_target(self.options.savepoint_root(), self.job_id, checkpoint["epoch"])
+            job_bytes = None
+            if self.job_file and os.path.exists(self.job_file):
+                with open(self.job_file, "rb") as f:
+                    job_bytes = f.read()
+            path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name, job_file_bytes=job_bytes,
+                                   extra={"restored_from": self.run_info.get("restored_from")})
+        self.store.add_savepoint(path=path, job_id=self.job_id, epoch=checkpoint["epoch"],
+                                 parallelism=checkpoint["parallelism"], code_version=self.code_version,
+                                 restored_from=self.run_info.get("restored_from"), trigger=trigger)
+        return path
+
+    def _stop_with_savepoint(self) -> None:
+        request = self.control.stop_request
+        self.control.stopped = True
+        self.query.stop()
+        if request.get("savepoint"):
+            try:
+                request["path"] = self.take_savepoint(request.get("target"), trigger="stop")
+                print(f"keyspan: stopped job '{self.job_id}' with savepoint {request['path']}", file=sys.stderr)
+            except Exception as exc:  # noqa: BLE001 — reported through the API
+                request["error"] = str(exc)
+        request["done"] = True
 
     def stop(self) -> None:
         self.query.stop()
@@ -252,6 +383,10 @@ class JobRunner:
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
+        if self.control.stopped:
+            # never return normally here: Spark would record the batch as done without its data
+            raise RuntimeError(f"job '{self.job_id}' is stopping; epoch left for the next run")
+        self._in_epoch = True
         try:
             epoch = self.run_info["epoch_base"] + batch_id
             if self.committed is not None and epoch <= self.committed["epoch"]:
@@ -271,6 +406,8 @@ class JobRunner:
         except BaseException as exc:
             self.failure = exc
             raise
+        finally:
+            self._in_epoch = False
 
     def _execute_epoch(self, batch_df, epoch: int) -> dict:
         from pyspark.sql import functions as F
@@ -387,7 +524,8 @@ class JobRunner:
         if sinks:
             self._publish(self.committed)
         self._deliver(driver_rows)
-        self.retention.committed(epoch, manifest)
+        with self._files_lock:
+            self.retention.committed(epoch, manifest)
         self.progress.epochs += 1
         self.progress.records += records
         self.progress.last_checkpoint = epoch

@@ -16,6 +16,13 @@ class RunOptions:
     job_file: str | None = None
     progress: bool = False
     spark_master: str | None = field(default_factory=lambda: os.environ.get("KEYSPAN_SPARK_MASTER"))
+    savepoint_path: str | None = None
+    allow_non_restored_state: bool = False
+    rest_api: bool = True
+
+    def savepoint_root(self) -> str:
+        return os.environ.get("KEYSPAN_SAVEPOINT_DIR") or \
+            "file://" + os.path.join(os.path.abspath(self.workdir), "savepoints")
 
     def checkpoint_root(self) -> str:
         return self.checkpoint_dir or os.environ.get("KEYSPAN_CHECKPOINT_DIR") or \
