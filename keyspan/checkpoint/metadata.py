@@ -8,6 +8,7 @@ reader sees the epoch's offsets, state handles and sink files together or not at
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from sqlalchemy import (
@@ -27,6 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import OperationalError
 
 metadata = MetaData()
 
@@ -100,15 +102,38 @@ def default_url(workdir: str) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(workdir), "keyspan.db")
 
 
+_ENGINES: dict[str, object] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(url: str):
+    """One engine per URL per process; tables are created once, tolerating another process doing
+    the same at the same moment."""
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(url)
+        if engine is not None:
+            return engine
+        if url.startswith("sqlite:///"):
+            os.makedirs(os.path.dirname(url[len("sqlite:///") :]) or ".", exist_ok=True)
+        engine = create_engine(url, future=True)
+        if url.startswith("sqlite"):
+            event.listen(engine, "connect", _sqlite_pragmas)
+        for attempt in range(5):
+            try:
+                metadata.create_all(engine)
+                break
+            except OperationalError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+        _ENGINES[url] = engine
+        return engine
+
+
 class MetadataStore:
     def __init__(self, url: str):
         self.url = url
-        if url.startswith("sqlite:///"):
-            os.makedirs(os.path.dirname(url[len("sqlite:///") :]) or ".", exist_ok=True)
-        self.engine = create_engine(url, future=True)
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        metadata.create_all(self.engine)
+        self.engine = _engine(url)
 
     # jobs -------------------------------------------------------------------------------
     def register_job(self, job_id: str, name: str, job_file: str | None, code_version: str | None,

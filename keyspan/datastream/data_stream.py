@@ -6,8 +6,10 @@ from typing import Callable, Union
 
 from keyspan.common.types import Row
 from keyspan.datastream.functions import (
+    BroadcastProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
@@ -16,7 +18,7 @@ from keyspan.datastream.functions import (
     RuntimeContext,
     SinkFunction,
 )
-from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from keyspan.runtime.graph import Transformation
 
 
@@ -42,6 +44,10 @@ class _FunctionAdapter(KeyedProcessFunction):
     def close(self):
         if isinstance(self._func, interface_types()):
             self._func.close()
+
+    def _user_function(self):
+        """The wrapped function (the runtime calls CheckpointedFunction methods on it)."""
+        return self._func
 
 
 def interface_types():
@@ -196,6 +202,22 @@ class DataStream:
         inputs = [self._t] + [s._t for s in streams]
         return DataStream(self._env, self._add("union", "Union", inputs=inputs, output_type=self._t.output_type))
 
+    def broadcast(self, broadcast_state_descriptor: MapStateDescriptor | None = None,
+                  *more_descriptors: MapStateDescriptor) -> "BroadcastStream":
+        """A ``BroadcastStream`` whose records reach every subtask of the operator it is connected to,
+        which keeps the given broadcast state(s)."""
+        if broadcast_state_descriptor is None:
+            raise NotImplementedError("broadcast() without a MapStateDescriptor (broadcast partitioning) is not "
+                                      "supported; pass the broadcast state descriptor(s) and connect the result")
+        return BroadcastStream(self, [broadcast_state_descriptor, *more_descriptors])
+
+    def connect(self, ds: "BroadcastStream") -> "BroadcastConnectedStream":
+        """Connect with a ``BroadcastStream``; ``process`` then takes a ``BroadcastProcessFunction``."""
+        if not isinstance(ds, BroadcastStream):
+            raise NotImplementedError("connect() supports a BroadcastStream (stream.broadcast(descriptor)); "
+                                      "connecting two DataStreams (ConnectedStreams) is not supported")
+        return BroadcastConnectedStream(self, ds)
+
     def sink_to(self, sink) -> "DataStreamSink":
         return DataStreamSink(self._add("sink", sink.name, spec=sink))
 
@@ -283,6 +305,16 @@ class KeyedStream(DataStream):
     def union(self, *streams):
         return self._values().union(*streams)
 
+    def broadcast(self, *args, **kwargs):
+        raise Exception("Cannot override partitioning for KeyedStream.")
+
+    def connect(self, ds: "BroadcastStream") -> "BroadcastConnectedStream":
+        """Connect with a ``BroadcastStream``; ``process`` then takes a ``KeyedBroadcastProcessFunction``."""
+        if not isinstance(ds, BroadcastStream):
+            raise NotImplementedError("connect() supports a BroadcastStream (stream.broadcast(descriptor)); "
+                                      "connecting two DataStreams (ConnectedStreams) is not supported")
+        return BroadcastConnectedStream(self, ds)
+
     def name(self, name):
         raise Exception("Set name for KeyedStream is not supported.")
 
@@ -291,6 +323,51 @@ class KeyedStream(DataStream):
 
     def set_parallelism(self, parallelism):
         raise Exception("Set parallelism for KeyedStream is not supported.")
+
+
+class BroadcastStream:
+    """A stream whose records go to every subtask of the operator it is connected to (from
+    ``DataStream.broadcast(descriptor)``); that operator keeps the broadcast state(s) it declares."""
+
+    def __init__(self, input_stream: DataStream, broadcast_state_descriptors: list):
+        if isinstance(input_stream, KeyedStream):
+            raise Exception("Cannot override partitioning for KeyedStream.")
+        for d in broadcast_state_descriptors:
+            if not isinstance(d, MapStateDescriptor):
+                raise TypeError(f"broadcast state needs a MapStateDescriptor, got {type(d).__name__}")
+        names = [d.name for d in broadcast_state_descriptors]
+        if len(set(names)) != len(names):
+            raise ValueError(f"broadcast state names must be unique, got {names}")
+        self._input_stream = input_stream
+        self._broadcast_state_descriptors = list(broadcast_state_descriptors)
+
+    def get_execution_environment(self):
+        return self._input_stream.get_execution_environment()
+
+
+class BroadcastConnectedStream:
+    """A (keyed or non-keyed) stream connected with a ``BroadcastStream``."""
+
+    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream):
+        self._non_broadcast_stream = non_broadcast_stream
+        self._broadcast_stream = broadcast_stream
+
+    def process(self, func, output_type=None) -> DataStream:
+        data = self._non_broadcast_stream
+        descriptors = self._broadcast_stream._broadcast_state_descriptors
+        inputs = [data._t, self._broadcast_stream._input_stream._t]
+        if isinstance(data, KeyedStream):
+            if not isinstance(func, KeyedBroadcastProcessFunction):
+                raise TypeError("a KeyedStream connected with a BroadcastStream needs a KeyedBroadcastProcessFunction")
+            t = data._add("keyed_broadcast_process", "Co-Process-Broadcast-Keyed", func, output_type, inputs=inputs,
+                          key_selector=data._key_selector, spec=descriptors)
+        else:
+            if not isinstance(func, BroadcastProcessFunction):
+                raise TypeError("a DataStream connected with a BroadcastStream needs a BroadcastProcessFunction "
+                                "(key_by(...) first for a KeyedBroadcastProcessFunction)")
+            t = data._add("broadcast_process", "Co-Process-Broadcast", func, output_type, inputs=inputs,
+                          spec=descriptors)
+        return DataStream(data._env, t)
 
 
 class DataStreamSink:

@@ -137,3 +137,133 @@ class KeyedProcessFunction(Function):
 
     def on_timer(self, timestamp: int, ctx: "KeyedProcessFunction.OnTimerContext"):
         pass
+
+
+# --- operator state: CheckpointedFunction ------------------------------------------------------------
+
+class FunctionInitializationContext(ABC):
+    """What ``CheckpointedFunction.initialize_state`` receives."""
+
+    @abstractmethod
+    def is_restored(self) -> bool:
+        """True when the instance starts from a checkpoint or savepoint of an earlier execution."""
+
+    @abstractmethod
+    def get_restored_checkpoint_id(self):
+        """The checkpoint (epoch) the state comes from, or None on a fresh start."""
+
+    @abstractmethod
+    def get_operator_state_store(self):
+        """``keyspan.state.api.OperatorStateStore``: list, union list and broadcast state."""
+
+    @abstractmethod
+    def get_keyed_state_store(self):
+        """The keyed state of a keyed operator (``get_state``, ``get_list_state``, …), else None."""
+
+
+class FunctionSnapshotContext(ABC):
+    """What ``CheckpointedFunction.snapshot_state`` receives."""
+
+    @abstractmethod
+    def get_checkpoint_id(self) -> int:
+        """The checkpoint being taken: keyspan's epoch id."""
+
+    @abstractmethod
+    def get_checkpoint_timestamp(self) -> int: ...
+
+
+class CheckpointedFunction(ABC):
+    """Mix into a Map/FlatMap/Filter/Process function (keyed or not, or a broadcast process function)
+    to keep operator state, as Flink's ``CheckpointedFunction``.
+
+    ``initialize_state`` runs once when the operator instance is created, before ``open``, with the
+    state of the last checkpoint redistributed to this subtask (``context.is_restored()``);
+    ``snapshot_state`` runs at the end of every epoch, before its state is written, so copy what the
+    function keeps in fields into its operator state there."""
+
+    @abstractmethod
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None: ...
+
+    @abstractmethod
+    def initialize_state(self, context: FunctionInitializationContext) -> None: ...
+
+
+# --- broadcast state: (Keyed)BroadcastProcessFunction ---------------------------------------------------
+
+class BaseBroadcastProcessFunction(Function):
+    """Processes a stream connected with a ``BroadcastStream``: ``process_element`` for the
+    non-broadcast side (broadcast state read-only), ``process_broadcast_element`` for the broadcast
+    side (broadcast state read-write).
+
+    Every subtask receives every broadcast element and keeps its own copy of the broadcast state; to
+    keep the copies equal, change it only from ``process_broadcast_element`` and only as a function of
+    the element and the state. Within one epoch, keyspan processes all broadcast elements of the
+    epoch before the epoch's other elements, in every subtask (Flink leaves the order between the two
+    inputs undefined; keyspan fixes this one so results are deterministic)."""
+
+    class BaseContext(ABC):
+        @abstractmethod
+        def timestamp(self) -> int: ...
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+    class ReadOnlyContext(BaseContext):
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor):
+            """A ``ReadOnlyBroadcastState`` for one of the descriptors given to ``broadcast(...)``."""
+
+    class Context(BaseContext):
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor):
+            """A read-write ``BroadcastState`` for one of the descriptors given to ``broadcast(...)``."""
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """For ``data_stream.connect(broadcast_stream).process(...)``."""
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        pass
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        pass
+
+    @abstractmethod
+    def process_element(self, value, ctx: "BroadcastProcessFunction.ReadOnlyContext"): ...
+
+    @abstractmethod
+    def process_broadcast_element(self, value, ctx: "BroadcastProcessFunction.Context"): ...
+
+
+class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """For ``keyed_stream.connect(broadcast_stream).process(...)``: ``process_element`` also has keyed
+    state and ``ctx.get_current_key()``; ``process_broadcast_element`` has no current key but can
+    visit every key's state with ``ctx.apply_to_keyed_state``."""
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        @abstractmethod
+        def timer_service(self): ...
+
+        @abstractmethod
+        def get_current_key(self): ...
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        @abstractmethod
+        def apply_to_keyed_state(self, state_descriptor, function) -> None:
+            """Call ``function(key, state)`` for every key of this subtask that has the state."""
+
+    class OnTimerContext(ReadOnlyContext, ABC):
+        @abstractmethod
+        def time_domain(self) -> TimeDomain: ...
+
+    @abstractmethod
+    def process_element(self, value, ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext"): ...
+
+    @abstractmethod
+    def process_broadcast_element(self, value, ctx: "KeyedBroadcastProcessFunction.Context"): ...
+
+    def on_timer(self, timestamp: int, ctx: "KeyedBroadcastProcessFunction.OnTimerContext"):
+        pass

@@ -18,3 +18,4 @@ from keyspan.state.api import (  # noqa: F401
     ValueState,
     ValueStateDescriptor,
 )
+from keyspan.state.ttl import StateTtlConfig  # noqa: F401

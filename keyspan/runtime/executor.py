@@ -127,6 +127,7 @@ class JobRunner:
         self.control = JobControl()
         self._files_lock = threading.Lock()
         self._in_epoch = False
+        self.restored_bytes: dict[tuple[int, int], int] = {}  # (stage, subtask) → state bytes read at restore
 
     # -- set-up ---------------------------------------------------------------------------------
     def _start_fresh(self) -> None:
@@ -246,12 +247,15 @@ class JobRunner:
             self._fail(self.failure)
         self.store.end_run(self.run_info["run_id"], status)
         last = self.committed["epoch"] if self.committed else None
-        return JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
-                                  self.progress.epochs, self.progress.records, last)
+        result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
+                                    self.progress.epochs, self.progress.records, last)
+        result.restored_bytes = dict(self.restored_bytes)
+        return result
 
     # -- savepoints ---------------------------------------------------------------------------------
     def _warn_generated_uids(self) -> None:
-        stateful = [o for o in self.plan.operators if o["generated"] and o["kind"] in ("keyed_process",)]
+        stateful = [o for o in self.plan.operators if o["generated"] and (o["kind"] == "keyed_process"
+                                                                        or o.get("stateful"))]
         if stateful:
             names = ", ".join(f"'{o['name']}' ({o['uid']})" for o in stateful)
             print(f"keyspan: warning: stateful operators without uid(...): {names}. Their state is keyed by an id "
@@ -451,7 +455,11 @@ class JobRunner:
                 in_df = routed.unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
             else:
                 parts = [outputs[up].filter(F.col("_ks_exit") == exit_id) for up, exit_id in s.inputs]
+                if s.broadcast_inputs:
+                    parts = _broadcast_first(parts, s)
                 in_df = reduce(lambda a, b: a.union(b), parts).repartitionById(p.parallelism, "_ks_sub")
+                if s.broadcast_inputs:
+                    in_df = in_df.sortWithinPartitions("_ks_first", "_ks_seq").drop("_ks_first", "_ks_seq")
             code, digest = self.stage_code[p.stage_id]
             out = in_df.mapInArrow(make_stage_function(code, digest, ectx), OUTPUT_DDL)
             if consumers[p.stage_id] > 1:
@@ -504,7 +512,10 @@ class JobRunner:
         handles, tokens, sinks = [], {}, {}
         records = 0
         bytes_written = 0
-        for (stage_id, _), report in reports.items():
+        for (stage_id, subtask), report in reports.items():
+            if report.get("restored_bytes"):
+                self.restored_bytes[(stage_id, subtask)] = (self.restored_bytes.get((stage_id, subtask), 0)
+                                                            + report["restored_bytes"])
             handles.extend(report["handles"])
             tokens.update(report["tokens"])
             for h in report["sinks"]:
@@ -563,6 +574,16 @@ def _collect_all(frames) -> list:
 
     with ThreadPoolExecutor(len(frames)) as pool:
         return [row for rows in pool.map(lambda f: f.collect(), frames) for row in rows]
+
+
+def _broadcast_first(parts, stage):
+    """Every subtask of a broadcast-process stage reads all broadcast-side rows of the epoch before the
+    other rows; rows of one upstream task keep their order (a sequence number taken before the shuffle)."""
+    from pyspark.sql import functions as F
+
+    return [df.select("*", F.lit(0 if edge in stage.broadcast_inputs else 1).alias("_ks_first"),
+                      F.monotonically_increasing_id().alias("_ks_seq"))
+            for df, edge in zip(parts, stage.inputs)]
 
 
 def _jvm_key_column(df, name):

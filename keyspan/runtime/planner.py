@@ -15,17 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keyspan.connectors.sources import SparkSource
+from keyspan.datastream.functions import CheckpointedFunction
 from keyspan.runtime.graph import Transformation, assign_uids
 from keyspan.state import serde
 
 DRIVER_EXIT = -1
 CONTROL_EXIT = -2
+KEYED_KINDS = ("keyed_process", "keyed_broadcast_process")
+BROADCAST_KINDS = ("broadcast_process", "keyed_broadcast_process")
 
 
 @dataclass
 class ExitSpec:
     exit_id: int
-    kind: str  # keyed | rebalance | driver
+    kind: str  # keyed | rebalance | broadcast (every record to every consumer subtask) | driver
     consumer_stage: int | None = None
     consumer_parallelism: int = 1
     key_selector: Any = None
@@ -37,10 +40,11 @@ class OpSpec:
     uid: str
     uid_generated: bool
     name: str
-    kind: str  # source | map | flat_map | filter | process | keyed_process | sink | driver_sink
+    kind: str  # source | map | flat_map | filter | process | keyed_process | (keyed_)broadcast_process | sink | driver_sink
     function: Any = None
     sink: Any = None
     driver_sink_index: int | None = None
+    broadcast_descriptors: list | None = None  # the MapStateDescriptors a broadcast-process operator declares
     outputs: list = field(default_factory=list)  # ("op", index) | ("exit", exit_id)
 
 
@@ -71,6 +75,7 @@ class Stage:
     inputs: list[tuple[int, int]] = field(default_factory=list)  # (upstream stage, exit id)
     pushdown_columns: list[str] | None = None  # typed_keyed: key columns hashed in the JVM
     pushdown_source: Transformation | None = None
+    broadcast_inputs: list[tuple[int, int]] = field(default_factory=list)  # inputs to process before the rest
 
 
 @dataclass
@@ -118,6 +123,16 @@ class _RowProbe:
         raise AttributeError(item)
 
 
+def user_function(fn):
+    """The user's function behind a keyed Map/FlatMap/Filter/Reduce adapter."""
+    return fn._user_function() if hasattr(fn, "_user_function") else fn
+
+
+def has_operator_state(t) -> bool:
+    """Keeps operator state: a CheckpointedFunction or a broadcast-process operator."""
+    return t.kind in BROADCAST_KINDS or isinstance(user_function(t.function), CheckpointedFunction)
+
+
 def key_columns(selector, names: list[str]) -> list[str] | None:
     try:
         result = selector(_RowProbe(names))
@@ -139,7 +154,11 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     consumers: dict[int, list[Transformation]] = defaultdict(list)
     for t in transformations:
         for i in t.inputs:
-            consumers[i.id].append(t)
+            if t not in consumers[i.id]:
+                consumers[i.id].append(t)
+
+    def keyed(t: Transformation) -> bool:
+        return t.kind in KEYED_KINDS
 
     def parallelism(t: Transformation) -> int:
         if t.parallelism:
@@ -154,16 +173,23 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             out.extend(physical_inputs(i) if i.kind == "union" else [i])
         return out
 
-    def physical_consumers(t: Transformation) -> list[Transformation]:
+    def consumer_edges(t: Transformation) -> list[tuple[Transformation, int]]:
+        """(consumer, input index) for every edge leaving ``t``, through unions."""
         out = []
         for c in consumers[t.id]:
-            out.extend(physical_consumers(c) if c.kind == "union" else [c])
+            for index, i in enumerate(c.inputs):
+                if i is t:
+                    out.extend(consumer_edges(c) if c.kind == "union" else [(c, index)])
         return out
 
     def chained(t: Transformation) -> bool:
         ins = physical_inputs(t)
-        return (not t.keyed and len(ins) == 1 and len(t.inputs) == 1 and t.inputs[0].kind != "union"
-                and parallelism(t) == parallelism(ins[0]))
+        if (keyed(t) or len(ins) != 1 or len(t.inputs) != 1 or t.inputs[0].kind == "union"
+                or parallelism(t) != parallelism(ins[0])):
+            return False
+        # a source stage runs as many tasks as the epoch's input has partitions: an operator with
+        # operator state needs a stable subtask count, so it gets its own stage behind an exchange
+        return not (has_operator_state(t) and stages[stage_of[ins[0].id]].source is not None)
 
     stages: list[Stage] = []
     stage_of: dict[int, int] = {}
@@ -173,7 +199,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     operators: list[dict] = []
 
     def new_stage(t: Transformation, input_format: str) -> Stage:
-        plan = StagePlan(len(stages), parallelism(t), max_parallelism, input_format, [], [], [], keyed=t.keyed,
+        plan = StagePlan(len(stages), parallelism(t), max_parallelism, input_format, [], [], [], keyed=keyed(t),
                          key_selector=t.key_selector)
         stage = Stage(plan)
         stages.append(stage)
@@ -182,6 +208,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
         uid, generated = uids[t.id]
         op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=t.function)
+        if kind in BROADCAST_KINDS:
+            op.broadcast_descriptors = list(t.spec)
         if kind == "sink":
             if t.spec.runs_in_task:
                 op.sink = t.spec
@@ -194,7 +222,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         stage_of[t.id] = stage.plan.stage_id
         op_index[t.id] = op.index
         operators.append({"uid": uid, "name": t.name, "kind": op.kind, "generated": generated,
-                          "stage": stage.plan.stage_id})
+                          "stage": stage.plan.stage_id, "stateful": keyed(t) or has_operator_state(t)})
         return op
 
     for t in sorted(transformations, key=lambda t: t.id):
@@ -221,17 +249,22 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         op = stage.plan.ops[op_index[t.id]]
         if op.kind == "driver_sink":
             _driver_exit(stage)
-        for c in physical_consumers(t):
+        for c, index in consumer_edges(t):
             if stage_of.get(c.id) == stage.plan.stage_id and chained(c):
                 op.outputs.append(("op", op_index[c.id]))
                 continue
             target = stages[stage_of[c.id]]
-            exit_spec = ExitSpec(len(stage.plan.exits), "keyed" if c.keyed else "rebalance",
-                                 target.plan.stage_id, target.plan.parallelism,
-                                 c.key_selector if c.keyed else None)
+            if c.kind in BROADCAST_KINDS and index == 1:
+                kind = "broadcast"
+            else:
+                kind = "keyed" if keyed(c) else "rebalance"
+            exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
+                                 c.key_selector if kind == "keyed" else None)
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))
+            if kind == "broadcast":
+                target.broadcast_inputs.append((stage.plan.stage_id, exit_spec.exit_id))
 
     _push_down_key_columns(stages)
     sources = [t for t in transformations if t.kind == "source"]

@@ -17,8 +17,18 @@ import pyarrow as pa
 
 from keyspan.checkpoint import statefile
 from keyspan.common.types import _named_row_class
-from keyspan.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
-from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, StagePlan
+from keyspan.datastream.functions import (
+    BroadcastProcessFunction,
+    CheckpointedFunction,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    ProcessFunction,
+    RuntimeContext,
+)
+from keyspan.runtime.planner import BROADCAST_KINDS, CONTROL_EXIT, DRIVER_EXIT, StagePlan, user_function
+from keyspan.state import operator as operator_state
 from keyspan.state import serde
 from keyspan.state.keygroups import (
     SEED,
@@ -32,8 +42,10 @@ OUTPUT_DDL = "_ks_exit int, _ks_sub int, _ks_ctl binary, payload binary"
 FLUSH_RECORDS = 16384
 RECORD_PREVIEW = 300
 
+BROADCAST_CHUNK = "broadcast"  # an exchange payload (BROADCAST_CHUNK, records) of a broadcast input
+
 _PLANS: dict[str, StagePlan] = {}
-_INSTANCES: dict[tuple, "KeyedOperator"] = {}
+_INSTANCES: dict[tuple, "OperatorInstance"] = {}
 
 
 class UserFunctionError(RuntimeError):
@@ -49,6 +61,12 @@ def _fail(op, subtask, record, exc) -> UserFunctionError:
     return UserFunctionError(
         f"{UserFunctionError.MARKER}operator '{op.name}' (uid {op.uid}, subtask {subtask}) failed on record "
         f"{text}: {type(exc).__name__}: {exc}")
+
+
+def _fail_in(op, subtask, method, exc) -> UserFunctionError:
+    return UserFunctionError(
+        f"{UserFunctionError.MARKER}operator '{op.name}' (uid {op.uid}, subtask {subtask}) failed in {method}: "
+        f"{type(exc).__name__}: {exc}")
 
 
 def make_stage_function(plan_bytes: bytes, digest: str, epoch_ctx: dict):
@@ -174,17 +192,142 @@ class _Context(ProcessFunction.Context):
 _CONTEXT = _Context()
 
 
+class _InitializationContext(FunctionInitializationContext):
+    def __init__(self, restored_checkpoint, store, keyed_store):
+        self._restored = restored_checkpoint
+        self._store = store
+        self._keyed = keyed_store
+
+    def is_restored(self) -> bool:
+        return self._restored is not None
+
+    def get_restored_checkpoint_id(self):
+        return self._restored
+
+    def get_operator_state_store(self):
+        return self._store
+
+    def get_keyed_state_store(self):
+        return self._keyed
+
+
+class _SnapshotContext(FunctionSnapshotContext):
+    def __init__(self, checkpoint_id: int):
+        self._id = checkpoint_id
+        self._timestamp = int(time.time() * 1000)
+
+    def get_checkpoint_id(self) -> int:
+        return self._id
+
+    def get_checkpoint_timestamp(self) -> int:
+        return self._timestamp
+
+
+class _BroadcastStates:
+    """The broadcast states an operator declared in ``broadcast(...)``, read-write or read-only."""
+
+    def __init__(self, op, store):
+        self._op = op
+        self._store = store
+        self._declared = {d.name for d in op.broadcast_descriptors or ()}
+        self._read_only = {}
+
+    def get(self, descriptor, writable: bool):
+        name = getattr(descriptor, "name", None)
+        if name not in self._declared:
+            raise ValueError(
+                f"operator '{self._op.name}': broadcast state {name!r} does not exist; declare its descriptor in "
+                f"datastream.broadcast(...) (declared: {sorted(self._declared)})")
+        state = self._store.get_broadcast_state(descriptor)
+        if writable:
+            return state
+        view = self._read_only.get(name)
+        if view is None:
+            view = self._read_only[name] = operator_state.ReadOnlyBroadcastStateView(state)
+        return view
+
+
+class _BroadcastContextBase:
+    _writable = False
+
+    def __init__(self, states: _BroadcastStates, backend=None):
+        self._states = states
+        self._backend = backend
+
+    def get_broadcast_state(self, state_descriptor):
+        return self._states.get(state_descriptor, self._writable)
+
+    def timestamp(self):
+        return None
+
+    def current_processing_time(self) -> int:
+        return _TIMER_SERVICE.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return _TIMER_SERVICE.current_watermark()
+
+
+class _BroadcastReadOnlyContext(_BroadcastContextBase, BroadcastProcessFunction.ReadOnlyContext):
+    pass
+
+
+class _BroadcastContext(_BroadcastContextBase, BroadcastProcessFunction.Context):
+    _writable = True
+
+
+class _KeyedBroadcastReadOnlyContext(_BroadcastContextBase, KeyedBroadcastProcessFunction.ReadOnlyContext):
+    def get_current_key(self):
+        return self._backend.current_key
+
+    def timer_service(self):
+        return _TIMER_SERVICE
+
+
+class _KeyedBroadcastContext(_BroadcastContextBase, KeyedBroadcastProcessFunction.Context):
+    _writable = True
+
+    def apply_to_keyed_state(self, state_descriptor, function) -> None:
+        backend = self._backend
+        state = backend.get_state(state_descriptor)
+        name = state_descriptor.name
+        entries = [(kg, key) for kg, section in sorted(backend.all_sections().items()) if name in section
+                   for key in list(section[name][0])]
+        saved = backend.current_key, backend.current_key_group
+        try:
+            for kg, key in entries:
+                backend.current_key = key
+                backend.current_key_group = kg
+                function(key, state)
+        finally:
+            backend.current_key, backend.current_key_group = saved
+
+
 # --- operators -------------------------------------------------------------------------------------
 
-class KeyedOperator:
-    """A keyed operator instance with its state backend; lives in the worker across epochs."""
+def _checkpointed(function):
+    """The CheckpointedFunction behind an operator's function (through keyed adapters), or None."""
+    fn = user_function(function)
+    return fn if isinstance(fn, CheckpointedFunction) else None
 
-    def __init__(self, op, plan: StagePlan, subtask: int, attempt: int, backend_spec, key_groups: range):
+
+class OperatorInstance:
+    """An operator instance with its state — a keyed state backend for a keyed operator, an operator
+    state store for a CheckpointedFunction or a broadcast-process operator — that lives in the worker
+    across epochs. Keyed changes of an uncommitted attempt are rolled back through the backend's undo
+    log; an instance with operator state is dropped instead and rebuilt from the checkpoint, because
+    its function may mirror that state in fields (Flink restarts such a task from the checkpoint)."""
+
+    def __init__(self, op, plan: StagePlan, subtask: int, attempt: int, backend_spec, key_groups: range | None,
+                 cache_key: tuple):
         self.op = op
         self.key_groups = key_groups
-        self.backend = backend_spec.create_keyed_backend(op.uid, key_groups)
+        self.cache_key = cache_key
+        self.backend = backend_spec.create_keyed_backend(op.uid, key_groups) if key_groups is not None else None
         self.function = serde.loads(serde.dumps_function(op.function))  # own copy per instance
-        self.ctx = _KeyedContext(self.backend)
+        self.checkpointed = _checkpointed(self.function)
+        self.operator_state = None  # a DefaultOperatorStateStore once initialized, if the operator keeps any
+        self.has_operator_state = self.checkpointed is not None or op.kind in BROADCAST_KINDS
+        self.ctx = _KeyedContext(self.backend) if self.backend is not None else None
         self.runtime_context = _RuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
                                                self.backend)
         self.version = None  # last epoch whose state this instance holds, confirmed
@@ -193,7 +336,8 @@ class KeyedOperator:
 
     def open(self):
         if not self.opened:
-            self.function.open(self.runtime_context)
+            if hasattr(self.function, "open"):
+                self.function.open(self.runtime_context)
             self.opened = True
 
     def settle(self, committed_epoch: int, committed_tokens: dict, state_id: str) -> None:
@@ -202,9 +346,10 @@ class KeyedOperator:
             return
         epoch, token = self.pending
         if epoch == committed_epoch and committed_tokens.get(state_id) == token:
-            self.backend.confirm()
+            if self.backend is not None:
+                self.backend.confirm()
             self.version = epoch
-        else:
+        elif self.backend is not None:
             self.backend.rollback()
         self.pending = None
 
@@ -212,7 +357,7 @@ class KeyedOperator:
 def _restore(backend, handles: list[dict], key_groups: range, storage, after_epoch: int | None = None) -> int:
     stats = statefile.ReadStats()
     for h in sorted(handles, key=lambda h: (h["epoch"], h["kind"] != "full")):
-        if after_epoch is not None and h["epoch"] <= after_epoch:
+        if h["kind"] == "operator" or (after_epoch is not None and h["epoch"] <= after_epoch):
             continue
         lo, hi = h["kg"]
         if hi <= key_groups.start or lo >= key_groups.stop:
@@ -238,10 +383,11 @@ class StageTask:
         self.out_ctl: list = []
         self.out_payload: list = []
         self.upstream: list = []
-        self.keyed_ops: list[KeyedOperator] = []
+        self.instances: list[OperatorInstance] = []
         self.sink_writers: dict[int, object] = {}
         self.exits = {}
         self.driver_buffers: dict[int, list] = {}
+        self.broadcast_entry = None  # the broadcast-side input of a broadcast-process stage
 
     # -- output rows ---------------------------------------------------------------------------
     def _row(self, exit_id, sub, ctl, payload):
@@ -295,6 +441,8 @@ class StageTask:
             ex = _KeyedExit(spec, self.plan.max_parallelism)
         elif spec.kind == "rebalance":
             ex = _RebalanceExit(spec, self.subtask)
+        elif spec.kind == "broadcast":
+            ex = _BroadcastExit(spec)
         else:
             raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
         self.exits[exit_id] = ex
@@ -308,7 +456,8 @@ class StageTask:
         if kind == "source":
             return emit
         if kind == "map":
-            f = getattr(op.function, "map", op.function)
+            fn = self._plain_function(op)
+            f = getattr(fn, "map", fn)
 
             def process(value):
                 try:
@@ -316,10 +465,10 @@ class StageTask:
                 except Exception as exc:
                     raise _fail(op, subtask, value, exc) from exc
                 emit(out)
-            self._open_plain(op)
             return process
         if kind == "flat_map":
-            f = getattr(op.function, "flat_map", op.function)
+            fn = self._plain_function(op)
+            f = getattr(fn, "flat_map", fn)
 
             def process(value):
                 try:
@@ -331,10 +480,10 @@ class StageTask:
                     if isinstance(exc, UserFunctionError):
                         raise
                     raise _fail(op, subtask, value, exc) from exc
-            self._open_plain(op)
             return process
         if kind == "filter":
-            f = getattr(op.function, "filter", op.function)
+            fn = self._plain_function(op)
+            f = getattr(fn, "filter", fn)
 
             def process(value):
                 try:
@@ -343,10 +492,9 @@ class StageTask:
                     raise _fail(op, subtask, value, exc) from exc
                 if keep:
                     emit(value)
-            self._open_plain(op)
             return process
         if kind == "process":
-            fn = self._open_plain(op)
+            fn = self._plain_function(op)
             pe = fn.process_element
             ctx = _CONTEXT
 
@@ -361,8 +509,10 @@ class StageTask:
                         raise
                     raise _fail(op, subtask, value, exc) from exc
             return process
+        if kind in BROADCAST_KINDS:
+            return self._broadcast_processor(op, emit)
         if kind == "keyed_process":
-            inst = self._keyed_instance(op)
+            inst = self._instance(op, keyed=True)
             backend = inst.backend
             pe = inst.function.process_element
             ctx = inst.ctx
@@ -390,6 +540,49 @@ class StageTask:
             return lambda value: append(_frozen(value))
         raise ValueError(f"unknown operator kind {kind}")
 
+    def _broadcast_processor(self, op, emit):
+        """A (keyed) broadcast-process operator: returns the data-side processor and sets the
+        broadcast-side one, which the stage's input feeds first (see ``_consume``)."""
+        keyed = op.kind == "keyed_broadcast_process"
+        inst = self._instance(op, keyed=keyed)
+        fn = inst.function
+        backend = inst.backend
+        states = _BroadcastStates(op, inst.operator_state)
+        if keyed:
+            read_ctx, write_ctx = _KeyedBroadcastReadOnlyContext(states, backend), _KeyedBroadcastContext(states, backend)
+        else:
+            read_ctx, write_ctx = _BroadcastReadOnlyContext(states), _BroadcastContext(states)
+        pe = fn.process_element
+        pbe = fn.process_broadcast_element
+        subtask = self.subtask
+
+        def run(method, value, ctx):
+            try:
+                outs = method(value, ctx)
+                if outs is not None:
+                    for out in outs:
+                        emit(out)
+            except Exception as exc:
+                if isinstance(exc, UserFunctionError):
+                    raise
+                raise _fail(op, subtask, value, exc) from exc
+
+        def process_broadcast(value):
+            if backend is not None:
+                backend.current_key = None  # no current key on the broadcast side (as in Flink)
+            run(pbe, value, write_ctx)
+
+        self.broadcast_entry = process_broadcast
+        if keyed:
+            def process(value, key, kg):
+                backend.current_key = key
+                backend.current_key_group = kg
+                run(pe, value, read_ctx)
+        else:
+            def process(value):
+                run(pe, value, read_ctx)
+        return process
+
     def _open_plain(self, op):
         fn = op.function
         if hasattr(fn, "open"):
@@ -397,34 +590,66 @@ class StageTask:
                                     self.attempt))
         return fn
 
-    def _keyed_instance(self, op) -> KeyedOperator:
+    def _plain_function(self, op):
+        """A non-keyed operator's function, opened: the plan's own object, or — for a
+        CheckpointedFunction — the function of an instance that keeps operator state across epochs."""
+        if _checkpointed(op.function) is not None:
+            return self._instance(op, keyed=False).function
+        return self._open_plain(op)
+
+    def _instance(self, op, keyed: bool) -> OperatorInstance:
         ectx = self.ectx
         plan = self.plan
-        key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism,
-                                                                self.subtask)
-        cache_key = (ectx["run_id"], op.uid, self.subtask, key_groups.start, key_groups.stop)
+        if keyed:
+            key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism,
+                                                                    self.subtask)
+            cache_key = (ectx["run_id"], op.uid, self.subtask, key_groups.start, key_groups.stop)
+        else:
+            key_groups = None
+            cache_key = (ectx["run_id"], op.uid, self.subtask, "p", plan.parallelism)
         state_id = f"{op.uid}/{self.subtask}"
-        handles = ectx["manifest"].get(op.uid, [])
+        handles = [h for h in ectx["manifest"].get(op.uid, []) if h["kind"] != "operator"]
         committed = ectx["committed_epoch"]
         inst = _INSTANCES.pop(cache_key, None)
         if inst is not None:
             inst.settle(committed, ectx["committed_tokens"], state_id)
             if inst.version != committed:
                 newer = [h for h in handles if inst.version is not None and h["epoch"] > inst.version
-                         and h["kg"][0] < key_groups.stop and h["kg"][1] > key_groups.start]
-                if inst.version is not None and inst.version < committed and all(h["kind"] == "delta"
-                                                                                 for h in newer):
+                         and h["kg"][0] < key_groups.stop and h["kg"][1] > key_groups.start] if keyed else []
+                if (keyed and not inst.has_operator_state and inst.version is not None
+                        and inst.version < committed and all(h["kind"] == "delta" for h in newer)):
                     self.restored_bytes += _restore(inst.backend, newer, key_groups, self.storage)
                     inst.version = committed
                 else:
                     inst = None
         if inst is None:
-            inst = KeyedOperator(op, plan, self.subtask, self.attempt, ectx["backend"], key_groups)
-            self.restored_bytes += _restore(inst.backend, handles, key_groups, self.storage)
+            inst = OperatorInstance(op, plan, self.subtask, self.attempt, ectx["backend"], key_groups, cache_key)
+            if keyed:
+                self.restored_bytes += _restore(inst.backend, handles, key_groups, self.storage)
             inst.version = committed
+            if inst.has_operator_state:
+                self._initialize(inst)
         inst.open()
-        self.keyed_ops.append(inst)
+        self.instances.append(inst)
         return inst
+
+    def _initialize(self, inst: OperatorInstance) -> None:
+        """Operator state of the committed checkpoint, redistributed to this subtask, then
+        ``initialize_state`` (before ``open``)."""
+        ectx = self.ectx
+        handles = [h for h in ectx["manifest"].get(inst.op.uid, []) if h["kind"] == "operator"]
+        stats = statefile.ReadStats()
+        restored = operator_state.restore_subtask(self.storage, handles, self.subtask, self.plan.parallelism, stats)
+        self.restored_bytes += stats.bytes_read
+        inst.operator_state = operator_state.DefaultOperatorStateStore(inst.op.name, restored)
+        if inst.checkpointed is not None:
+            committed = ectx["committed_epoch"]
+            context = _InitializationContext(committed if committed >= 0 else None, inst.operator_state,
+                                             inst.runtime_context if inst.backend is not None else None)
+            try:
+                inst.checkpointed.initialize_state(context)
+            except Exception as exc:
+                raise _fail_in(inst.op, self.subtask, "initialize_state", exc) from exc
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, batches):
@@ -433,8 +658,9 @@ class StageTask:
             yield from self._consume(batches)
             yield from self._finish()
         except BaseException:
-            for inst in self.keyed_ops:
-                inst.backend.rollback()
+            for inst in self.instances:
+                if inst.backend is not None:
+                    inst.backend.rollback()
             raise
 
     def _consume(self, batches):
@@ -480,7 +706,15 @@ class StageTask:
                     if c is not None:
                         self.upstream.append(c)
                         continue
-                    kgs, keys, records = serde.loads(payload)
+                    chunk = serde.loads(payload)
+                    if len(chunk) == 2:  # (BROADCAST_CHUNK, records): the broadcast side, sorted first
+                        records = chunk[1]
+                        self.records_in += len(records)
+                        process_broadcast = self.broadcast_entry
+                        for r in records:
+                            process_broadcast(r)
+                        continue
+                    kgs, keys, records = chunk
                     self.records_in += len(records)
                     if plan.keyed:
                         for kg, key, r in zip(kgs, keys, records):
@@ -530,16 +764,30 @@ class StageTask:
         if out is not None:
             yield out
         # this attempt's state changes stay pending until the driver says which attempt it committed
-        for inst in self.keyed_ops:
+        for inst in self.instances:
             inst.pending = (self.epoch, self.token)
-            _INSTANCES[(self.ectx["run_id"], inst.op.uid, self.subtask, inst.key_groups.start,
-                        inst.key_groups.stop)] = inst
+            _INSTANCES[inst.cache_key] = inst
 
     def _snapshot_state(self):
         handles, tokens = [], {}
-        for inst in self.keyed_ops:
+        context = _SnapshotContext(self.epoch)
+        for inst in self.instances:
+            if inst.checkpointed is not None:
+                try:
+                    inst.checkpointed.snapshot_state(context)
+                except Exception as exc:
+                    raise _fail_in(inst.op, self.subtask, "snapshot_state", exc) from exc
+        for inst in self.instances:
             uid = inst.op.uid
             tokens[f"{uid}/{self.subtask}"] = self.token
+            if inst.operator_state is not None:
+                rel = f"state/{uid}/e{self.epoch:010d}-s{self.subtask:04d}-{self.token}.operator"
+                h = operator_state.write(self.storage, rel, inst.operator_state.snapshot(), inst.op.name)
+                h.update(uid=uid, kind="operator", epoch=self.epoch, subtask=self.subtask,
+                         parallelism=self.plan.parallelism)
+                handles.append(h)
+            if inst.backend is None:
+                continue
             full = self.ectx["full_all"] or self._full_snapshot_due(uid, inst.key_groups)
             sections = inst.backend.full_sections() if full else inst.backend.delta_sections()
             if not sections and not full:
@@ -556,7 +804,8 @@ class StageTask:
         """Compact when the deltas since the last full snapshot outweigh it (or grow too many): the
         rewrite then costs about what the deltas cost, so an epoch's cost follows what it touched,
         not the total state, and a restore reads at most ~2× the state in a bounded number of files."""
-        chain = [h for h in self.ectx["manifest"].get(uid, []) if h["kg"] == [key_groups.start, key_groups.stop]]
+        chain = [h for h in self.ectx["manifest"].get(uid, [])
+                 if h["kind"] != "operator" and h["kg"] == [key_groups.start, key_groups.stop]]
         fulls = [h for h in chain if h["kind"] == "full"]
         last_full = max(fulls, key=lambda h: h["epoch"]) if fulls else None
         base_epoch = last_full["epoch"] if last_full else -1
@@ -614,6 +863,28 @@ class _KeyedExit:
             if buf[2]:
                 row(exit_id, sub, None, serde.dumps(buf))
         self.buffers = [([], [], []) for _ in range(self.parallelism)]
+        self.buffered = 0
+
+
+class _BroadcastExit:
+    """Every record to every consumer subtask: one pickled chunk, sent once per subtask."""
+
+    def __init__(self, spec):
+        self.parallelism = spec.consumer_parallelism
+        self.records = []
+        self.buffered = 0
+
+    def add(self, record):
+        self.records.append(_frozen(record))
+        self.buffered += 1
+
+    def flush(self, exit_id, row):
+        if not self.records:
+            return
+        payload = serde.dumps((BROADCAST_CHUNK, self.records))
+        for sub in range(self.parallelism):
+            row(exit_id, sub, None, payload)
+        self.records = []
         self.buffered = 0
 
 

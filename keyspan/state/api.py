@@ -22,6 +22,13 @@ class StateDescriptor(ABC):
         return self.name
 
     def enable_time_to_live(self, ttl_config) -> None:
+        """Configures state time-to-live (``keyspan.datastream.state.StateTtlConfig``): values expire,
+        become unavailable and are cleaned up as the config says."""
+        from keyspan.state.ttl import StateTtlConfig
+
+        if not isinstance(ttl_config, StateTtlConfig):
+            raise TypeError(f"state '{self.name}': enable_time_to_live expects a StateTtlConfig, "
+                            f"got {type(ttl_config).__name__}")
         self._ttl_config = ttl_config
 
     @property
@@ -30,7 +37,10 @@ class StateDescriptor(ABC):
 
     def describe(self) -> dict:
         """What a savepoint records about this state."""
-        return {"name": self.name, "kind": self.kind, "type": repr(self.type_info) if self.type_info else None}
+        described = {"name": self.name, "kind": self.kind, "type": repr(self.type_info) if self.type_info else None}
+        if self._ttl_config is not None and self._ttl_config.is_enabled():
+            described["ttl_ms"] = self._ttl_config.get_ttl().to_milliseconds()
+        return described
 
     def __repr__(self):
         return f"{type(self).__name__}({self.name!r})"
@@ -191,3 +201,20 @@ class BroadcastState(ReadOnlyBroadcastState):
 
     @abstractmethod
     def remove(self, key) -> None: ...
+
+
+class OperatorStateStore(ABC):
+    """Operator (non-keyed) state of one operator subtask, from ``CheckpointedFunction.initialize_state``'s
+    ``context.get_operator_state_store()``; the implementation is ``keyspan.state.operator``."""
+
+    @abstractmethod
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        """List state redistributed by even split when the parallelism changes."""
+
+    @abstractmethod
+    def get_union_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        """List state of which every subtask receives the union of all subtasks' lists on restore."""
+
+    @abstractmethod
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> BroadcastState:
+        """Map state every subtask keeps a copy of; a new subtask receives a copy on restore."""

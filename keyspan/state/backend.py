@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 
 from keyspan.state.api import StateDescriptor
 from keyspan.state import serde
+from keyspan.state.ttl import LONG_MIN, wall_clock_ms
 
 
 class StateBackendSpec(ABC):
@@ -23,6 +24,19 @@ class StateBackendSpec(ABC):
     def create_keyed_backend(self, operator: str, key_groups: range, local_dir: str | None = None): ...
 
 
+def _get_current_key(self):
+    return self.__dict__["current_key"]
+
+
+def _set_current_key(self, key):
+    self.__dict__["current_key"] = key
+    for hook in self._record_hooks:
+        hook()
+
+
+_HOOKED_CLASSES: dict = {}
+
+
 class KeyedStateBackend(ABC):
     def __init__(self, operator: str, key_groups: range):
         self.operator = operator
@@ -31,6 +45,11 @@ class KeyedStateBackend(ABC):
         self.current_key_group = key_groups.start
         self._states: dict[str, object] = {}
         self._descriptors: dict[str, StateDescriptor] = {}
+        # State TTL: "now" in ms for the ProcessingTime characteristic, and the event-time clock
+        # (set by the runtime from the job's watermark) for keyspan's EventTime characteristic
+        self.ttl_time_provider = wall_clock_ms
+        self.current_watermark = LONG_MIN
+        self._record_hooks: list = []
 
     def set_current_key(self, key, key_group: int) -> None:
         self.current_key = key
@@ -53,6 +72,22 @@ class KeyedStateBackend(ABC):
         self._descriptors[descriptor.name] = descriptor
         self._states[descriptor.name] = state
         return state
+
+    def _add_record_hook(self, hook) -> None:
+        """Run ``hook()`` whenever the current key is set, i.e. once per processed record (the runtime
+        assigns ``current_key`` directly). Only backends that have such a hook pay for it: their class
+        becomes a subclass in which ``current_key`` is a property."""
+        self._record_hooks.append(hook)
+        cls = type(self)
+        if not getattr(cls, "_has_record_hooks", False):
+            hooked = _HOOKED_CLASSES.get(cls)
+            if hooked is None:
+                hooked = _HOOKED_CLASSES[cls] = type(cls.__name__, (cls,), {
+                    "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                    "_has_record_hooks": True, "current_key": property(_get_current_key, _set_current_key)})
+            key = self.__dict__.get("current_key")
+            self.__class__ = hooked
+            self.__dict__["current_key"] = key
 
     def describe_states(self) -> list[dict]:
         return [d.describe() for d in self._descriptors.values()]

@@ -20,6 +20,12 @@ the whole dict), so checkpoints and savepoints move freely between the two backe
 sections don't say which state is a map, a state restored before it is registered is kept one
 value per user key and is re-laid out entry by entry when it is registered as a map state.
 
+TTL. A TTL-enabled value/reducing/aggregating state or map entry is stored as a 0x00 tag byte, the
+last-access timestamp (8 bytes, signed big-endian) and the pickled value; pickles start with 0x80,
+so stored bytes say which form they are in, and the TTL check (and the compaction-filter emulation)
+reads the timestamp without unpickling. A TTL-enabled list is one pickled list of ``TtlValue``.
+Sections carry ``TtlValue`` objects (``keyspan.state.ttl``), as the heap backend does.
+
 The RocksDB directory is scratch space: it is deleted when the backend is closed or collected
 or the process exits; durability comes from keyspan's checkpoints, as in Flink. Spark's Python
 workers end with ``os._exit``, so the first backend a process opens also deletes the directories
@@ -49,9 +55,14 @@ from keyspan.state.api import (
     ValueState,
 )
 from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
+from keyspan.state.ttl import LONG_MAX, VALUE_KINDS, TtlPolicy, TtlValue, stamp, unstamp
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_TTL_HEAD = struct.Struct(">Bq")  # tag 0x00, last-access timestamp
+_TTL_TAG = 0
+_ALL_EXPIRED = float("inf")
 _ATOMS = (int, str, bytes, float, type(None))
 _NO_KEY = object()
 
@@ -85,15 +96,54 @@ def _successor(prefix: bytes) -> bytes:
     return bytes(p)
 
 
-class _Meta:
-    """One state's id and layout in this backend's RocksDB."""
+def _decode(raw: bytes):
+    """Stored bytes → section value (a ``TtlValue`` for TTL'd bytes)."""
+    if raw[0] == _TTL_TAG:
+        return TtlValue((pickle.loads(raw[9:]), _I64.unpack_from(raw, 1)[0]))
+    return pickle.loads(raw)
 
-    __slots__ = ("name", "sid", "is_map")
+
+def _encode(value) -> bytes:
+    """Section value → stored bytes (TtlValue → tagged bytes; lists of TtlValue stay one pickle)."""
+    if type(value) is TtlValue:
+        return _TTL_HEAD.pack(_TTL_TAG, value[1]) + pickle.dumps(value[0], protocol=serde.PROTOCOL)
+    return pickle.dumps(value, protocol=serde.PROTOCOL)
+
+
+def _is_ttl_form(value) -> bool:
+    """Whether a restored section value is in TTL form (a stored value is all TTL'd or all plain)."""
+    t = type(value)
+    if t is TtlValue:
+        return True
+    if t is list:
+        return bool(value) and type(value[0]) is TtlValue
+    if t is dict:
+        return bool(value) and type(next(iter(value.values()))) is TtlValue
+    return False
+
+
+class _Meta:
+    """One state's id and layout in this backend's RocksDB.
+
+    ``kind``/``ttl`` are set at registration (``ttl``: the TtlPolicy or None); until then
+    ``restored_ttl``/``restored_plain`` record which forms restored sections had, so registration
+    converts only when needed. ``compact``/``written``/``cursor`` drive the compaction-filter
+    emulation of a TTL-enabled state."""
+
+    __slots__ = ("name", "sid", "is_map", "kind", "ttl", "restored_ttl", "restored_plain", "compact", "written",
+                 "cursor")
 
     def __init__(self, name: str, sid: bytes, is_map: bool):
         self.name = name
         self.sid = sid
         self.is_map = is_map
+        self.kind = None
+        self.ttl = None
+        self.restored_ttl = False
+        self.restored_plain = False
+        self.compact = 0
+        self.written = 0
+        self.cursor = None
 
 
 def _dispose(db, path: str) -> None:
@@ -359,6 +409,300 @@ class RocksDBAggregatingState(_RocksState, AggregatingState):
         self._write_raw(self._dumps(self._agg.add(value, acc)))
 
 
+# --- TTL states ------------------------------------------------------------------------------------
+
+class _RocksTtlState(_RocksState):
+    """Flink's TTL decorators over the RocksDB layout: values and map entries are tagged bytes
+    (tag, timestamp, pickle), a list is a pickled list of TtlValue."""
+
+    __slots__ = ("_ttl",)
+
+    def __init__(self, backend, meta: _Meta, policy: TtlPolicy):
+        super().__init__(backend, meta)
+        self._ttl = policy
+
+    def _clock(self):
+        """(now, horizon): timestamps <= horizon are expired."""
+        p = self._ttl
+        b = self._backend
+        now = b.current_watermark if p.event_time else b.ttl_time_provider()
+        return now, (now - p.ttl if now < LONG_MAX else _ALL_EXPIRED)
+
+    def _wrote(self, n: int = 1) -> None:
+        meta = self._meta
+        if meta.compact:
+            meta.written += n
+            if meta.written >= meta.compact:
+                meta.written = 0
+                self._backend._compact_ttl(meta)
+
+    def _put_tagged(self, k: bytes, ts: int, payload: bytes) -> None:
+        self._backend._touch(k)
+        self._db.put(k, _TTL_HEAD.pack(_TTL_TAG, ts) + payload)
+        self._wrote()
+
+    def _get_wrapped(self):
+        """Flink's getWrappedWithTtlCheckAndUpdate over the current key's tagged bytes: None, or the
+        bytes (an expired value is deleted and returned only with ReturnExpiredIfNotCleanedUp; with
+        OnReadAndWrite an unexpired one gets the current time)."""
+        k = self._key()
+        raw = self._db.get(k)
+        if raw is None:
+            return None
+        now, horizon = self._clock()
+        p = self._ttl
+        if _I64.unpack_from(raw, 1)[0] <= horizon:
+            self._backend._touch(k)
+            self._db.delete(k)
+            return raw if p.return_expired else None
+        if p.update_on_read:
+            self._put_tagged(k, now, raw[9:])
+        return raw
+
+    def _live_or_none(self, raw, horizon):
+        """The stored bytes if they take part in an update (Flink's getUnexpired), else None."""
+        if raw is None or (_I64.unpack_from(raw, 1)[0] <= horizon and not self._ttl.return_expired):
+            return None
+        return raw
+
+
+class RocksDBTtlValueState(_RocksTtlState, ValueState):
+    __slots__ = ()
+
+    def value(self):
+        raw = self._get_wrapped()
+        return None if raw is None else pickle.loads(raw[9:])
+
+    def update(self, value) -> None:
+        if value is None:
+            self.clear()
+            return
+        self._put_tagged(self._key(), self._clock()[0], self._dumps(value))
+
+
+class RocksDBTtlListState(_RocksTtlState, ListState):
+    """Flink's TtlListState: every element has its own timestamp."""
+
+    __slots__ = ()
+
+    def _write_list(self, lst) -> None:
+        self._write_raw(self._dumps(lst))
+        self._wrote()
+
+    def get(self):
+        raw = self._get_raw()
+        if raw is None:
+            return []
+        stored = pickle.loads(raw)
+        now, horizon = self._clock()
+        p = self._ttl
+        if p.update_on_read:
+            unexpired = [TtlValue((e[0], now)) for e in stored if e[1] > horizon]
+            result = [e[0] for e in stored] if p.return_expired else [e[0] for e in unexpired]
+            if unexpired:
+                self._write_list(unexpired)
+            else:
+                self.clear()
+            return result
+        result = []
+        any_unexpired = False
+        return_expired = p.return_expired
+        for e in stored:
+            if e[1] > horizon:
+                any_unexpired = True
+                result.append(e[0])
+            elif return_expired:
+                result.append(e[0])
+        if not any_unexpired:  # Flink clears a list state whose elements all expired
+            self.clear()
+        return result
+
+    def add(self, value) -> None:
+        self.add_all((value,))
+
+    def add_all(self, values) -> None:
+        new = []
+        bad = False
+        for v in values:
+            if v is None:
+                bad = True
+                break
+            new.append(v)
+        if new:
+            now = self._clock()[0]
+            raw = self._get_raw()
+            lst = [] if raw is None else pickle.loads(raw)
+            lst.extend(TtlValue((v, now)) for v in new)
+            self._write_list(lst)
+        if bad:
+            raise ValueError(f"operator '{self._backend.operator}': cannot add None to list state '{self._meta.name}'")
+
+    def update(self, values) -> None:
+        values = list(values or ())
+        if not values:
+            self.clear()
+        else:
+            now = self._clock()[0]
+            self._write_list([TtlValue((v, now)) for v in values])
+
+
+class RocksDBTtlMapState(_RocksTtlState, RocksDBMapState):
+    """Flink's TtlMapState: every entry has its own timestamp (one tagged RocksDB entry per map entry)."""
+
+    __slots__ = ()
+
+    def _get_entry(self, key):
+        prefix = self._prefix()
+        k = prefix + encode_key(key)
+        raw = self._db.get(k)
+        if raw is None:
+            return None
+        now, horizon = self._clock()
+        p = self._ttl
+        b = self._backend
+        if _I64.unpack_from(raw, 1)[0] <= horizon:
+            b._touch_map(prefix, k, raw)
+            self._db.delete(k)
+            return raw if p.return_expired else None
+        if p.update_on_read:
+            b._touch_map(prefix, k, raw)
+            self._db.put(k, _TTL_HEAD.pack(_TTL_TAG, now) + raw[9:])
+            self._wrote()
+        return raw
+
+    def get(self, key):
+        raw = self._get_entry(key)
+        return None if raw is None else pickle.loads(raw[9:])
+
+    def contains(self, key) -> bool:
+        return self._get_entry(key) is not None
+
+    def put(self, key, value) -> None:
+        prefix = self._prefix()
+        raw = _TTL_HEAD.pack(_TTL_TAG, self._clock()[0]) + self._dumps(value)
+        k = prefix + encode_key(key)
+        self._backend._touch_map(prefix, k)
+        self._db.put(k, raw)
+        self._wrote()
+
+    def put_all(self, dict_value) -> None:
+        head = _TTL_HEAD.pack(_TTL_TAG, self._clock()[0])
+        items = [(encode_key(k), head + self._dumps(v)) for k, v in dict(dict_value).items()]
+        b = self._backend
+        prefix = self._prefix()
+        b._touch_map(prefix)
+        if not items:
+            return
+        wb = b._rd.WriteBatch(raw_mode=True)
+        for kb, raw in items:
+            k = prefix + kb
+            b._touch_map(prefix, k)
+            wb.put(k, raw)
+        self._db.write(wb)
+        self._wrote(len(items))
+
+    def _visible(self, first_only: bool = False):
+        """(prefix length, visible (RocksDB key, bytes) pairs) as Flink's entry iterator yields them:
+        expired entries are deleted (and yielded only with ReturnExpiredIfNotCleanedUp); with
+        OnReadAndWrite the yielded unexpired ones get the current time. ``first_only`` stops at the
+        first visible entry."""
+        prefix = self._prefix()
+        now, horizon = self._clock()
+        p = self._ttl
+        out = []
+        expired = []
+        refreshed = []
+        entries = self._entries(prefix)
+        try:
+            for k, raw in entries:
+                if _I64.unpack_from(raw, 1)[0] <= horizon:
+                    expired.append((k, raw))
+                    if p.return_expired:
+                        out.append((k, raw))
+                else:
+                    out.append((k, raw))
+                    if p.update_on_read:
+                        refreshed.append((k, raw))
+                if first_only and out:
+                    break
+        finally:
+            entries.close()
+        if expired or refreshed:
+            b = self._backend
+            wb = b._rd.WriteBatch(raw_mode=True)
+            for k, raw in expired:
+                b._touch_map(prefix, k, raw)
+                wb.delete(k)
+            head = _TTL_HEAD.pack(_TTL_TAG, now)
+            for k, raw in refreshed:
+                b._touch_map(prefix, k, raw)
+                wb.put(k, head + raw[9:])
+            self._db.write(wb)
+            if refreshed:
+                self._wrote(len(refreshed))
+        return len(prefix), out
+
+    def items(self):
+        n, out = self._visible()
+        return [(decode_key(k[n:]), pickle.loads(raw[9:])) for k, raw in out]
+
+    def keys(self):
+        n, out = self._visible()
+        return [decode_key(k[n:]) for k, _ in out]
+
+    def values(self):
+        _, out = self._visible()
+        return [pickle.loads(raw[9:]) for _, raw in out]
+
+    def is_empty(self) -> bool:
+        return not self._visible(first_only=True)[1]
+
+
+class RocksDBTtlReducingState(_RocksTtlState, ReducingState):
+    __slots__ = ("_reduce",)
+
+    def __init__(self, backend, meta, policy, reduce_function):
+        super().__init__(backend, meta, policy)
+        self._reduce = getattr(reduce_function, "reduce", reduce_function)
+
+    def get(self):
+        raw = self._get_wrapped()
+        return None if raw is None else pickle.loads(raw[9:])
+
+    def add(self, value) -> None:
+        k = self._key()
+        now, horizon = self._clock()
+        raw = self._live_or_none(self._db.get(k), horizon)
+        new = value if raw is None else self._reduce(pickle.loads(raw[9:]), value)
+        self._put_tagged(k, now, self._dumps(new))
+
+
+class RocksDBTtlAggregatingState(_RocksTtlState, AggregatingState):
+    __slots__ = ("_agg",)
+
+    def __init__(self, backend, meta, policy, agg_function):
+        super().__init__(backend, meta, policy)
+        self._agg = agg_function
+
+    def get(self):
+        raw = self._get_wrapped()
+        return None if raw is None else self._agg.get_result(pickle.loads(raw[9:]))
+
+    def add(self, value) -> None:
+        k = self._key()
+        now, horizon = self._clock()
+        raw = self._live_or_none(self._db.get(k), horizon)
+        acc = self._agg.create_accumulator() if raw is None else pickle.loads(raw[9:])
+        self._put_tagged(k, now, self._dumps(self._agg.add(value, acc)))
+
+
+_TTL_CLASSES = {
+    "value": RocksDBTtlValueState,
+    "list": RocksDBTtlListState,
+    "map": RocksDBTtlMapState,
+}
+
+
 # --- the backend -----------------------------------------------------------------------------------
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -389,6 +733,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._undo: dict[bytes, bytes | None] = {}
         self._undo_map: dict[bytes, bytes | None] = {}
         self._touched_maps: dict[bytes, None] = {}  # map prefixes touched this epoch, in order
+        # restored values stamped for TTL by this instance: the next delta carries them (kept on rollback)
+        self._forced: dict[bytes, None] = {}
+        self._forced_maps: dict[bytes, None] = {}
         # serialized current key, cached per key object and key group
         self._ck_obj = _NO_KEY
         self._ck_bytes = b""
@@ -449,16 +796,31 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _create_state(self, descriptor: StateDescriptor):
         kind = descriptor.kind
+        if kind not in ("value", "list", "map", "reducing", "aggregating"):
+            raise TypeError(f"unknown state descriptor {descriptor!r}")
+        policy = TtlPolicy.of(descriptor)
         if kind == "map":
             meta = self._metas.get(descriptor.name)
             if meta is None:
                 meta = self._new_meta(descriptor.name, True)
             elif not meta.is_map:
-                meta = self._relayout_as_map(meta)
+                meta = self._relayout_as_map(meta, policy)
+        else:
+            meta = self._meta_for(descriptor.name)  # a map meta only exists for a registered map state
+            if policy is not None and meta.restored_plain or policy is None and meta.restored_ttl:
+                self._convert_restored(meta, kind, policy)
+        meta.kind = kind
+        meta.ttl = policy
+        meta.restored_ttl = meta.restored_plain = False
+        if policy is not None:
+            meta.compact = policy.compact_entries
+            if kind == "reducing":
+                return RocksDBTtlReducingState(self, meta, policy, descriptor.reduce_function)
+            if kind == "aggregating":
+                return RocksDBTtlAggregatingState(self, meta, policy, descriptor.agg_function)
+            return _TTL_CLASSES[kind](self, meta, policy)
+        if kind == "map":
             return RocksDBMapState(self, meta)
-        if kind not in ("value", "list", "reducing", "aggregating"):
-            raise TypeError(f"unknown state descriptor {descriptor!r}")
-        meta = self._meta_for(descriptor.name)  # a map meta only exists for a registered map state
         if kind == "value":
             return RocksDBValueState(self, meta)
         if kind == "list":
@@ -467,10 +829,31 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             return RocksDBReducingState(self, meta, descriptor.reduce_function)
         return RocksDBAggregatingState(self, meta, descriptor.agg_function)
 
-    def _relayout_as_map(self, old: _Meta) -> _Meta:
-        """A state restored before registration holds one dict per user key; spread it into entries."""
+    def _convert_restored(self, meta: _Meta, kind: str, policy) -> None:
+        """A non-map state restored before registration, in the other form: stamp plain values with
+        the current time (the restore's; the next delta carries them) or drop the timestamps."""
+        now = None if policy is None else policy.now(self)
+        for kg in self.key_groups:
+            lo = _U16.pack(kg) + meta.sid
+            wb = self._rd.WriteBatch(raw_mode=True)
+            dirty = []
+            for k, raw in self._scan(lo, _successor(lo)):
+                value = _decode(raw)
+                new = unstamp(kind, value) if policy is None else stamp(kind, value, now)
+                if new is not value:
+                    wb.put(k, _encode(new))
+                    dirty.append(k)
+            if dirty:
+                self._db.write(wb)
+                if policy is not None:
+                    self._forced.update(dict.fromkeys(dirty))
+
+    def _relayout_as_map(self, old: _Meta, policy=None) -> _Meta:
+        """A state restored before registration holds one dict per user key; spread it into entries
+        (in TTL form for a TTL-enabled map: plain entries get the current time, as ``_convert_restored``)."""
         new = _Meta(old.name, _U16.pack(self._next_sid), True)
         self._next_sid += 1
+        now = None if policy is None else policy.now(self)
         for kg in self.key_groups:
             kgb = _U16.pack(kg)
             lo = kgb + old.sid
@@ -478,15 +861,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             wb = self._rd.WriteBatch(raw_mode=True)
             dirty = False
             for k, raw in self._scan(lo, hi):
-                value = pickle.loads(raw)
+                value = _decode(raw)
                 if not isinstance(value, dict):
                     raise TypeError(
                         f"operator '{self.operator}': state '{old.name}' was restored with a "
                         f"{type(value).__name__} for key {decode_key(k[4:])!r}, cannot use it as map state")
                 ukb = k[4:]
                 prefix = kgb + new.sid + _U32.pack(len(ukb)) + ukb
-                for mk, mv in value.items():
-                    wb.put(prefix + encode_key(mk), pickle.dumps(mv, protocol=serde.PROTOCOL))
+                converted = unstamp("map", value) if policy is None else stamp("map", value, now)
+                if policy is not None and converted is not value:
+                    self._forced_maps[prefix] = None
+                for mk, mv in converted.items():
+                    wb.put(prefix + encode_key(mk), _encode(mv))
                 dirty = True
             if dirty:
                 wb.delete_range(lo, hi)
@@ -498,6 +884,66 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._metas[new.name] = new
         self._by_sid[new.sid] = new
         return new
+
+    # -- TTL cleanup --------------------------------------------------------------------------------
+    def _compact_ttl(self, meta: _Meta) -> None:
+        """The compaction-filter emulation: query the time once, then check the state's next
+        ``compact`` stored entries from where the last run stopped (to the end of the key-group
+        range; the run after starts over) and delete the expired ones, or the expired elements of a
+        list, through the undo log, so they are deletes in the epoch's delta and roll back with it."""
+        policy = meta.ttl
+        horizon = policy.horizon(policy.now(self))
+        budget = meta.compact
+        cursor = meta.cursor
+        first = self.key_groups.start if cursor is None else _U16.unpack_from(cursor)[0]
+        wb = self._rd.WriteBatch(raw_mode=True)
+        dirty = False
+        is_list = meta.kind == "list"
+        stop_at = None
+        for kg in range(first, self.key_groups.stop):
+            lo = _U16.pack(kg) + meta.sid
+            start = lo if cursor is None or cursor < lo else cursor + b"\x00"
+            entries = self._scan(start, _successor(lo))
+            try:
+                for k, raw in entries:
+                    budget -= 1
+                    if is_list:
+                        stored = pickle.loads(raw)
+                        kept = policy.unexpired_or_none(stored, horizon)
+                        if kept is not stored:
+                            self._undo.setdefault(k, raw)
+                            if kept is None:
+                                wb.delete(k)
+                            else:
+                                wb.put(k, pickle.dumps(kept, protocol=serde.PROTOCOL))
+                            dirty = True
+                    elif raw[0] == _TTL_TAG and _I64.unpack_from(raw, 1)[0] <= horizon:
+                        if meta.is_map:
+                            prefix = k[:8 + _U32.unpack_from(k, 4)[0]]
+                            self._touch_map(prefix, k, raw)
+                        else:
+                            self._undo.setdefault(k, raw)
+                        wb.delete(k)
+                        dirty = True
+                    if budget <= 0:
+                        stop_at = k
+                        break
+            finally:
+                entries.close()
+            if stop_at is not None:
+                break
+        meta.cursor = stop_at
+        if dirty:
+            self._db.write(wb)
+
+    def _full_snapshot_horizons(self) -> dict:
+        """State id → TTL horizon, for the states whose expired values full snapshots leave out."""
+        horizons = {}
+        for meta in self._metas.values():
+            policy = meta.ttl
+            if policy is not None and policy.full_snapshot:
+                horizons[meta.sid] = policy.horizon(policy.now(self))
+        return horizons
 
     # -- sections ---------------------------------------------------------------------------------
     def changed_sections(self):
@@ -512,19 +958,22 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 e = section[name] = ({}, [])
             return e
 
-        if self._undo:
-            keys = list(self._undo)
+        keys = list(self._undo) if not self._forced else list(dict.fromkeys([*self._undo, *self._forced]))
+        if keys:
             for k, raw in zip(keys, self._db.get(keys)):
                 puts, deletes = entry(_U16.unpack_from(k)[0], self._by_sid[k[2:4]].name)
                 if raw is None:
                     deletes.append(decode_key(k[4:]))
                 else:
-                    puts[decode_key(k[4:])] = pickle.loads(raw)
-        for prefix in self._touched_maps:
+                    puts[decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
+        maps = self._touched_maps if not self._forced_maps else dict.fromkeys([*self._touched_maps,
+                                                                              *self._forced_maps])
+        for prefix in maps:
             puts, deletes = entry(_U16.unpack_from(prefix)[0], self._by_sid[prefix[2:4]].name)
             ukey = decode_key(prefix[8:])
             n = len(prefix)
-            m = {decode_key(k[n:]): pickle.loads(v) for k, v in self._scan(prefix, _successor(prefix))}
+            m = {decode_key(k[n:]): pickle.loads(v) if v[0] != _TTL_TAG else _decode(v)
+                 for k, v in self._scan(prefix, _successor(prefix))}
             if m:
                 puts[ukey] = m
             else:
@@ -532,18 +981,30 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return sections
 
     def _iter_group_sections(self):
-        """(key group, section) for every non-empty key group, in order: one pass over the range."""
+        """(key group, section) for every non-empty key group, in order: one pass over the range.
+        Expired values of states with TTL cleanup in full snapshots are left out."""
+        horizons = self._full_snapshot_horizons()
         kg = None
         section = None
         last_prefix = None
         current_map = None
         for k, raw in self._scan(self._lower, self._upper):
-            meta = self._by_sid[k[2:4]]
+            sid = k[2:4]
+            meta = self._by_sid[sid]
             g = (k[0] << 8) | k[1]
             if g != kg:
                 if section:
                     yield kg, section
                 kg, section = g, {}
+                last_prefix = None
+            if horizons and sid in horizons:
+                horizon = horizons[sid]
+                if meta.kind == "list":
+                    value = meta.ttl.unexpired_or_none(pickle.loads(raw), horizon)
+                    if value is None:
+                        continue
+                elif raw[0] == _TTL_TAG and _I64.unpack_from(raw, 1)[0] <= horizon:
+                    continue
             e = section.get(meta.name)
             if e is None:
                 e = section[meta.name] = ({}, [])
@@ -553,9 +1014,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 if prefix != last_prefix:
                     last_prefix = prefix
                     current_map = e[0][decode_key(k[8:end])] = {}
-                current_map[decode_key(k[end:])] = pickle.loads(raw)
+                current_map[decode_key(k[end:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
+            elif horizons and sid in horizons and meta.kind == "list":
+                e[0][decode_key(k[4:])] = value
             else:
-                e[0][decode_key(k[4:])] = pickle.loads(raw)
+                e[0][decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
         if section:
             yield kg, section
 
@@ -570,6 +1033,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         }
 
     def apply_section(self, key_group: int, section: dict) -> None:
+        """Restore a section. A registered state gets its values in its own form (plain values
+        restored into a TTL-enabled state are stamped with the current time and carried by the next
+        delta); a state not registered yet keeps the form it came in until it is registered."""
         if key_group not in self.key_groups:
             return
         kgb = _U16.pack(key_group)
@@ -577,6 +1043,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         for name, (puts, deletes) in section.items():
             meta = self._meta_for(name)
             base = kgb + meta.sid
+            policy = meta.ttl
+            now = None if policy is None else policy.now(self)
             if meta.is_map:
                 for ukey, m in puts.items():
                     if not isinstance(m, dict):
@@ -585,7 +1053,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                             f"{type(m).__name__} for key {ukey!r}")
                     ukb = encode_key(ukey)
                     prefix = base + _U32.pack(len(ukb)) + ukb
-                    new = {prefix + encode_key(mk): pickle.dumps(mv, protocol=serde.PROTOCOL) for mk, mv in m.items()}
+                    converted = unstamp("map", m) if policy is None else stamp("map", m, now)
+                    if policy is not None and converted is not m:
+                        self._forced_maps[prefix] = None
+                    new = {prefix + encode_key(mk): _encode(mv) for mk, mv in converted.items()}
                     for k, _ in self._scan(prefix, _successor(prefix)):
                         if k not in new:
                             wb.delete(k)
@@ -597,8 +1068,22 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     for k, _ in self._scan(prefix, _successor(prefix)):
                         wb.delete(k)
             else:
+                kind = meta.kind
                 for ukey, value in puts.items():
-                    wb.put(base + encode_key(ukey), pickle.dumps(value, protocol=serde.PROTOCOL))
+                    if kind is None:  # not registered: keep the form, remember it for registration
+                        if _is_ttl_form(value):
+                            meta.restored_ttl = True
+                        else:
+                            meta.restored_plain = True
+                        wb.put(base + encode_key(ukey), _encode(value))
+                    elif policy is None:
+                        wb.put(base + encode_key(ukey), _encode(unstamp(kind, value)))
+                    else:
+                        stamped = stamp(kind, value, now)
+                        k = base + encode_key(ukey)
+                        if stamped is not value:
+                            self._forced[k] = None
+                        wb.put(k, _encode(stamped))
                 for ukey in deletes:
                     wb.delete(base + encode_key(ukey))
         self._db.write(wb)
@@ -608,6 +1093,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._undo = {}
         self._undo_map = {}
         self._touched_maps = {}
+        self._forced = {}
+        self._forced_maps = {}
 
     def rollback(self) -> None:
         if self._undo or self._undo_map:
@@ -619,10 +1106,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     else:
                         wb.put(k, old)
             self._db.write(wb)
-        self.confirm()
+        # restored values stamped for TTL stay stamped (and due for the next delta)
+        self._undo = {}
+        self._undo_map = {}
+        self._touched_maps = {}
 
     def has_pending(self) -> bool:
-        return bool(self._undo or self._touched_maps)
+        return bool(self._undo or self._touched_maps or self._forced or self._forced_maps)
 
     def key_count(self) -> int:
         """(state, user key) pairs holding a value, as the heap backend counts them."""
