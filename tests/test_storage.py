@@ -232,7 +232,7 @@ def test_job_checkpoints_to_s3_and_state_reads_back(env, s3):
     # Spark's Python workers may have been started before this module set AWS_* in the environment
     config.set_checkpoint_storage_options(s3.options)
     env.set_max_records_per_epoch(8)
-    data = [(f"k{i % 5}", i) for i in range(40)]
+    data = [(f"k{i % 5}", i) for i in range(32)]  # four epochs
     result = (env.from_collection(data).uid("numbers")
               .key_by(lambda r: r[0])
               .process(RunningSum()).uid("sum")
@@ -306,33 +306,58 @@ def test_file_sink_two_phases_and_republish_after_crash_on_s3(s3):
 
 
 # -- (e) retries -----------------------------------------------------------------------------------
-def test_write_and_read_retry_until_endpoint_comes_up(s3, caplog):
+class _StartOnRetry(logging.Handler):
+    """Starts a server the first time Storage logs a retry of ``op``: the endpoint is down for the
+    first attempt, whatever the machine's load, and comes up while Storage backs off."""
+
+    def __init__(self, op: str, start):
+        super().__init__(logging.WARNING)
+        self.op, self.start, self.seen = op, start, []
+        self.thread: threading.Thread | None = None
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith(self.op + " of "):
+            self.seen.append(message)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.start, daemon=True)
+                self.thread.start()
+
+
+def test_write_and_read_retry_until_endpoint_comes_up(s3):
     """A port that starts accepting after a delay: a second moto server (same in-process backend,
-    so the same bucket) comes up on it while the write is being retried."""
+    so the same bucket) comes up on it while the operation is being retried."""
     p = _prefix()
     port = _free_port()
-    late = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     options = {**s3.options, "endpoint_url": f"http://127.0.0.1:{port}", **NO_BOTO_RETRIES}
     st = Storage(f"s3://{s3.bucket}/{p}", options, attempts=8, backoff=0.1, max_backoff=1.0)
-    timer = threading.Timer(0.5, late.start)
-    caplog.set_level(logging.WARNING, logger="keyspan.checkpoint.storage")
-    timer.start()
+    logger = logging.getLogger("keyspan.checkpoint.storage")
+    servers = []
+
+    def start():
+        servers.append(_start_moto(port))
+
     try:
-        st.write("ckpt.full", b"state bytes")
-        retried = [r for r in caplog.records if "write of" in r.getMessage()]
-        assert retried and f"s3://{s3.bucket}/{p}/ckpt.full" in retried[0].getMessage()
+        handler = _StartOnRetry("write", start)
+        logger.addHandler(handler)
+        try:
+            st.write("ckpt.full", b"state bytes")
+        finally:
+            logger.removeHandler(handler)
+        assert handler.seen and f"s3://{s3.bucket}/{p}/ckpt.full" in handler.seen[0]
         assert _keys(s3, p) == [f"{p}/ckpt.full"]  # through the main server: the same bucket
 
-        late.stop()
-        late = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        caplog.clear()
-        timer = threading.Timer(0.5, late.start)
-        timer.start()
-        assert st.read("ckpt.full", 6, 5) == b"bytes"
-        assert [r for r in caplog.records if "read of" in r.getMessage()]
+        servers.pop().stop()
+        handler = _StartOnRetry("read", start)
+        logger.addHandler(handler)
+        try:
+            assert st.read("ckpt.full", 6, 5) == b"bytes"
+        finally:
+            logger.removeHandler(handler)
+        assert handler.seen
     finally:
-        timer.join()
-        late.stop()
+        for server in servers:
+            server.stop()
 
 
 def test_permanent_failure_names_the_file(s3, caplog):

@@ -38,19 +38,34 @@ def collect_control(rows: list[bytes]) -> dict[tuple[int, int], dict]:
 
 def next_manifest(previous: dict[str, list[dict]], new_handles: list[dict]) -> dict[str, list[dict]]:
     """The state files a restore of this checkpoint needs: per key group, the newest full snapshot
-    and the deltas after it. Files fully shadowed by newer full snapshots drop out."""
+    and the deltas after it. Files fully shadowed by newer full snapshots drop out. Operator state
+    (kind "operator": a whole subtask's operator state per file) keeps only the newest file per
+    subtask, and only those of the newest parallelism (every subtask writes one every epoch)."""
     manifest = {uid: list(handles) for uid, handles in previous.items()}
     for h in new_handles:
         manifest.setdefault(h["uid"], []).append(h)
     for uid, handles in manifest.items():
+        keyed = [h for h in handles if h["kind"] != "operator"]
         newest_full: dict[int, int] = {}
-        for h in handles:
+        for h in keyed:
             if h["kind"] == "full":
                 for kg in range(*h["kg"]):
                     if newest_full.get(kg, -1) < h["epoch"]:
                         newest_full[kg] = h["epoch"]
-        manifest[uid] = [h for h in handles if any(newest_full.get(kg, -1) <= h["epoch"] for kg in range(*h["kg"]))]
+        keyed = [h for h in keyed if any(newest_full.get(kg, -1) <= h["epoch"] for kg in range(*h["kg"]))]
+        manifest[uid] = keyed + _latest_operator_handles([h for h in handles if h["kind"] == "operator"])
     return manifest
+
+
+def _latest_operator_handles(handles: list[dict]) -> list[dict]:
+    if not handles:
+        return []
+    parallelism = max(handles, key=lambda h: h["epoch"])["parallelism"]
+    latest: dict[int, dict] = {}
+    for h in handles:
+        if h["parallelism"] == parallelism and h["epoch"] >= latest.get(h["subtask"], {"epoch": -1})["epoch"]:
+            latest[h["subtask"]] = h
+    return [latest[s] for s in sorted(latest)]
 
 
 def manifest_paths(manifest: dict[str, list[dict]]) -> set[str]:

@@ -293,7 +293,8 @@ class Storage:
                 return []
             here = path.rstrip("/")
             # an object store may list a "directory marker" object (key ending in /) as the prefix itself
-            names = {posixpath.basename(p.rstrip("/")) for p in entries if not (p.endswith("/") and p.rstrip("/") == here)}
+            names = {posixpath.basename(p.rstrip("/")) for p in entries
+                     if not (p.endswith("/") and p.rstrip("/") == here)}
             return sorted(n for n in names if n)
 
         return self._io("list", rel, op)

@@ -19,7 +19,7 @@ from keyspan.runtime import options as run_options
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="keyspan: Flink's state model on Spark. Run PyFlink-style jobs with exactly-once state.")
 err = Console(stderr=True)
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 200)  # piped output: no truncated table cells
 
 WORKDIR_HELP = "keyspan's local folder (metadata store, Spark offset logs, default checkpoints)"
 

@@ -1,11 +1,22 @@
 """PyFlink-compatible DataStream API: ``from keyspan.datastream import ...`` replaces ``pyflink.datastream``."""
 
 from keyspan.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
-from keyspan.datastream.data_stream import DataStream, DataStreamSink, KeyedStream
+from keyspan.datastream.data_stream import (
+    BroadcastConnectedStream,
+    BroadcastStream,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+)
 from keyspan.datastream.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
+    CheckpointedFunction,
     FilterFunction,
     FlatMapFunction,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
@@ -17,11 +28,14 @@ from keyspan.datastream.functions import (
 )
 from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from keyspan.datastream.stream_execution_environment import JobExecutionResult, StreamExecutionEnvironment
+from keyspan.state.api import OperatorStateStore
 
 __all__ = [
-    "AggregateFunction", "CheckpointConfig", "CheckpointingMode", "DataStream", "DataStreamSink",
-    "EmbeddedRocksDBStateBackend", "FilterFunction", "FlatMapFunction", "HashMapStateBackend",
-    "JobExecutionResult", "KeySelector",
-    "KeyedProcessFunction", "KeyedStream", "MapFunction", "ProcessFunction", "ReduceFunction",
-    "RuntimeContext", "SinkFunction", "StreamExecutionEnvironment", "TimeDomain",
+    "AggregateFunction", "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastStream",
+    "CheckpointConfig", "CheckpointedFunction", "CheckpointingMode", "DataStream", "DataStreamSink",
+    "EmbeddedRocksDBStateBackend", "FilterFunction", "FlatMapFunction", "FunctionInitializationContext",
+    "FunctionSnapshotContext", "HashMapStateBackend", "JobExecutionResult", "KeySelector",
+    "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "KeyedStream", "MapFunction", "OperatorStateStore",
+    "ProcessFunction", "ReduceFunction", "RuntimeContext", "SinkFunction", "StreamExecutionEnvironment",
+    "TimeDomain",
 ]

@@ -49,13 +49,6 @@ def job_id_for(name: str) -> str:
     return slug[:120]
 
 
-def code_version(path: str | None) -> str | None:
-    if not path or not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
 def _job_file(options) -> str | None:
     if options.job_file:
         return os.path.abspath(options.job_file)
@@ -120,7 +113,11 @@ class JobRunner:
         root = self.checkpoint_config.get_checkpoint_storage_dir() or options.checkpoint_root()
         self.storage = Storage(root, self.checkpoint_config.get_checkpoint_storage_options()).child(self.job_id)
         self.job_file = _job_file(options)
-        self.code_version = code_version(self.job_file)
+        self.job_bytes = None  # read now: a restart may run from the copy that --fresh is about to replace
+        if self.job_file and os.path.exists(self.job_file):
+            with open(self.job_file, "rb") as f:
+                self.job_bytes = f.read()
+        self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
         self.progress = Progress(options.progress)
         self.failure: BaseException | None = None
         self.fresh = fresh or options.fresh
@@ -294,13 +291,11 @@ class JobRunner:
 
     def _keep_job_file(self) -> None:
         """Seed 000: the job's code travels with its checkpoints, so a restart needs nothing else."""
-        if not self.job_file or not os.path.exists(self.job_file):
+        if self.job_bytes is None:
             return
-        with open(self.job_file, "rb") as f:
-            data = f.read()
         rel = f"job/{self.code_version}.py"
         if not self.storage.exists(rel):
-            self.storage.write(rel, data)
+            self.storage.write(rel, self.job_bytes)
         self.store.set_job_copy(self.job_id, self.storage.url(rel))
 
     def take_savepoint(self, target: str | None = None, trigger: str = "manual") -> str:
@@ -310,11 +305,8 @@ class JobRunner:
             if checkpoint is None:
                 raise JobExecutionError(f"job '{self.job_id}' has no committed checkpoint yet")
             target = target or default_target(self.options.savepoint_root(), self.job_id, checkpoint["epoch"])
-            job_bytes = None
-            if self.job_file and os.path.exists(self.job_file):
-                with open(self.job_file, "rb") as f:
-                    job_bytes = f.read()
-            path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name, job_file_bytes=job_bytes,
+            path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name,
+                                   job_file_bytes=self.job_bytes,
                                    extra={"restored_from": self.run_info.get("restored_from")})
         self.store.add_savepoint(path=path, job_id=self.job_id, epoch=checkpoint["epoch"],
                                  parallelism=checkpoint["parallelism"], code_version=self.code_version,
