@@ -49,7 +49,7 @@ def resolve(storage: Storage, path: str) -> tuple[Storage, str]:
     """A handle's path is relative to the job's storage, or an absolute URL (a restored savepoint's file)."""
     if "://" in path:
         parent, name = path.rsplit("/", 1)
-        return Storage(parent, storage.storage_options), name
+        return storage.at(parent), name
     return storage, path
 
 

@@ -804,17 +804,18 @@ class StageTask:
         """Compact when the deltas since the last full snapshot outweigh it (or grow too many): the
         rewrite then costs about what the deltas cost, so an epoch's cost follows what it touched,
         not the total state, and a restore reads at most ~2× the state in a bounded number of files."""
-        chain = [h for h in self.ectx["manifest"].get(uid, [])
-                 if h["kind"] != "operator" and h["kg"] == [key_groups.start, key_groups.stop]]
+        chain = sorted((h for h in self.ectx["manifest"].get(uid, []) if h["kg"] == [key_groups.start, key_groups.stop]),
+                       key=lambda h: h["epoch"])
         fulls = [h for h in chain if h["kind"] == "full"]
-        last_full = max(fulls, key=lambda h: h["epoch"]) if fulls else None
-        base_epoch = last_full["epoch"] if last_full else -1
-        deltas = [h for h in chain if h["kind"] == "delta" and h["epoch"] > base_epoch]
+        base = fulls[-1] if fulls else (chain[0] if chain else None)  # a first delta serves as the base
+        if base is None:
+            return False
+        deltas = [h for h in chain if h["epoch"] > base["epoch"]]
         if not deltas:
             return False
         if len(deltas) >= self.ectx["max_chain"]:
             return True
-        return sum(h["bytes"] for h in deltas) >= (last_full["bytes"] if last_full else 0)
+        return sum(h["bytes"] for h in deltas) >= base["bytes"]
 
 
 def _discard(value):

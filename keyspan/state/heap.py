@@ -262,7 +262,7 @@ class _HeapIncrementalCleanup:
     with it. A key group's keys are listed when the cursor enters it (entries added later are seen in
     the next round), and each empty key group passed counts as one check, so a run is bounded."""
 
-    __slots__ = ("backend", "table", "policy", "size", "index", "keys", "pos")
+    __slots__ = ("backend", "table", "policy", "size", "index", "keys", "pos", "value_like", "copy")
 
     def __init__(self, backend, table: StateTable, policy: TtlPolicy):
         self.backend = backend
@@ -272,19 +272,27 @@ class _HeapIncrementalCleanup:
         self.index = -1
         self.keys = ()
         self.pos = 0
+        self.value_like = policy.kind not in ("list", "map")
+        self.copy = _TTL_COPY.get(policy.kind)
 
     def run(self) -> None:
         table = self.table
-        policy = self.policy
         groups = table.groups
-        horizon = policy.horizon(policy.now(self.backend))
+        policy = self.policy
+        b = self.backend
+        now = b.current_watermark if policy.event_time else b.ttl_time_provider()
+        horizon = now - policy.ttl if now < LONG_MAX else _ALL_EXPIRED
+        value_like = self.value_like
         budget = self.size
         keys = self.keys
         pos = self.pos
+        index = self.index
+        group = groups[index] if index >= 0 else None
         while budget > 0:
             if pos >= len(keys):
-                self.index = (self.index + 1) % len(groups)
-                keys = list(groups[self.index]) if groups[self.index] else ()
+                index = (index + 1) % len(groups)
+                group = groups[index]
+                keys = list(group) if group else ()
                 pos = 0
                 if not keys:
                     budget -= 1
@@ -292,21 +300,25 @@ class _HeapIncrementalCleanup:
             key = keys[pos]
             pos += 1
             budget -= 1
-            group = groups[self.index]
-            stored = group.get(key, MISSING)
-            if stored is MISSING:
+            stored = group.get(key)
+            if stored is None:
                 continue
-            kept = policy.unexpired_or_none(stored, horizon)
-            if kept is stored:
-                continue
-            kg = table.start + self.index
-            group = table.touch(kg, key, _TTL_COPY.get(policy.kind))
-            if kept is None:
-                del group[key]
+            if value_like:
+                if stored[1] > horizon:
+                    continue
+                kept = None
             else:
-                group[key] = kept
+                kept = policy.unexpired_or_none(stored, horizon)
+                if kept is stored:
+                    continue
+            touched = table.touch(table.start + index, key, self.copy)
+            if kept is None:
+                del touched[key]
+            else:
+                touched[key] = kept
         self.keys = keys
         self.pos = pos
+        self.index = index
 
 
 _TTL_COPY = {"list": list, "map": dict}

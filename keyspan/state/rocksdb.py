@@ -55,7 +55,7 @@ from keyspan.state.api import (
     ValueState,
 )
 from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
-from keyspan.state.ttl import LONG_MAX, VALUE_KINDS, TtlPolicy, TtlValue, stamp, unstamp
+from keyspan.state.ttl import LONG_MAX, TtlPolicy, TtlValue, stamp, unstamp
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")

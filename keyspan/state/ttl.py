@@ -366,11 +366,19 @@ class TtlPolicy:
         nothing is left; ``stored`` itself when nothing expired."""
         kind = self.kind
         if kind == "list":
-            kept = [e for e in stored if e[1] > horizon]
-            return stored if len(kept) == len(stored) else (kept or None)
+            for e in stored:
+                if e[1] <= horizon:
+                    break
+            else:
+                return stored
+            return [e for e in stored if e[1] > horizon] or None
         if kind == "map":
-            kept = {k: e for k, e in stored.items() if e[1] > horizon}
-            return stored if len(kept) == len(stored) else (kept or None)
+            for e in stored.values():
+                if e[1] <= horizon:
+                    break
+            else:
+                return stored
+            return {k: e for k, e in stored.items() if e[1] > horizon} or None
         return None if stored[1] <= horizon else stored
 
 

@@ -1,0 +1,68 @@
+"""Incremental checkpoints and retention, on both state backends: a checkpoint after a small change
+writes far less than the first; compaction and retention delete files no retained checkpoint
+lists, never one a retained checkpoint or a savepoint uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.reader import read_keyed_state
+from keyspan.checkpoint.storage import Storage
+from keyspan.datastream import KeyedProcessFunction
+from keyspan.datastream.connectors.file_system import DiscardingSink, FileSource, StreamFormat
+from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+from keyspan.runtime import options as run_options
+
+
+class Latest(KeyedProcessFunction):
+    def open(self, ctx):
+        self.value = ctx.get_state(ValueStateDescriptor("latest"))
+
+    def process_element(self, value, ctx):
+        self.value.update(value[1])
+        return iter(())
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_incremental_checkpoints_and_cleanup(env, workdir, backend):
+    env.set_state_backend(backend())
+    config = env.get_checkpoint_config()
+    config.set_num_retained_checkpoints(2)
+    config.set_max_delta_chain(5)
+    inputs = workdir / "in"
+    inputs.mkdir()
+    data = [(k, "initial-" + "x" * 50) for k in range(3000)]  # epoch 0 writes every key
+    (inputs / "f-000.txt").write_text("\n".join(f"{k},{v}" for k, v in data))
+    for i in range(1, 21):  # then each epoch changes 40 keys
+        batch = [(k, f"update-{i}") for k in range(i * 7, i * 7 + 40)]
+        data += batch
+        (inputs / f"f-{i:03d}.txt").write_text("\n".join(f"{k},{v}" for k, v in batch))
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(inputs)) \
+        .set_max_files_per_epoch(1).build()
+    env.from_source(source, None, "lines").uid("src").map(lambda line: (int(line.split(",")[0]), line.split(",")[1])) \
+        .key_by(lambda r: r[0]).process(Latest()).uid("latest").sink_to(DiscardingSink())
+    env.execute("incremental")
+
+    opts = run_options.current()
+    store = MetadataStore(opts.metadata())
+    checkpoints = store.list_checkpoints("incremental")
+    first, second = checkpoints[0], checkpoints[1]
+    assert second["bytes_written"] * 20 < first["bytes_written"], (first["bytes_written"], second["bytes_written"])
+
+    storage = Storage(opts.checkpoint_root()).child("incremental")
+    retained = [c for c in checkpoints if not c["discarded"]]
+    assert len(retained) == 2
+    referenced = {h["path"] for c in retained for hs in c["manifest"].values() for h in hs}
+    on_disk = {f"state/latest/{name}" for name in storage.list("state/latest")}
+    assert referenced <= on_disk, "a retained checkpoint lost a file"
+    assert on_disk <= referenced, f"unreferenced files were kept: {sorted(on_disk - referenced)[:3]}"
+    # compaction happened (the chain of small deltas was folded into full snapshots)
+    assert any(h["kind"] == "full" and h["epoch"] > 0 for hs in retained[-1]["manifest"].values() for h in hs)
+
+    state = read_keyed_state(storage, retained[-1]["manifest"], "latest", 128)["latest"]
+    expected = {}
+    for k, v in data:
+        expected[k] = v
+    assert state == expected
