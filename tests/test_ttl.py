@@ -252,27 +252,30 @@ def test_value_state_update_types_and_visibility(backend, clock, update, visibil
     assert v.value() is None and backend.key_count() == 0
 
 
+@pytest.mark.parametrize("update", [UpdateType.OnCreateAndWrite, UpdateType.OnReadAndWrite])
 @pytest.mark.parametrize("visibility", [Visibility.NeverReturnExpired, Visibility.ReturnExpiredIfNotCleanedUp])
-def test_reducing_and_aggregating_state(backend, clock, visibility):
+def test_reducing_and_aggregating_state(backend, clock, update, visibility):
     """Flink's TtlReduceFunction / TtlAggregateFunction: an expired value takes part in ``add`` only
-    when expired values are visible; every add restarts the TTL."""
-    r = backend.get_state(with_ttl(ReducingStateDescriptor("r", lambda a, b: a + b), visibility=visibility))
-    a = backend.get_state(with_ttl(AggregatingStateDescriptor("a", Avg()), visibility=visibility))
+    when expired values are visible; every add restarts the TTL, with OnReadAndWrite every get too."""
+    config = ttl_config(update=update, visibility=visibility)
+    r = backend.get_state(with_ttl(ReducingStateDescriptor("r", lambda a, b: a + b), config))
+    a = backend.get_state(with_ttl(AggregatingStateDescriptor("a", Avg()), config))
     at(backend, "k")
     r.add(1)
     a.add(1)
     clock.now = 5_000
     r.add(2)
     a.add(3)
-    assert (r.get(), a.get()) == (3, (4, 2))
-    clock.now = 15_000  # last add at 5000: expired now
+    clock.now = 12_000
+    assert (r.get(), a.get()) == (3, (4, 2))  # OnReadAndWrite: both restart at 12000
+    clock.now = 15_000  # last add at 5000: expired unless the read prolonged it
     r.add(4)
     a.add(4)
-    if visibility is Visibility.NeverReturnExpired:
+    if update is UpdateType.OnCreateAndWrite and visibility is Visibility.NeverReturnExpired:
         assert (r.get(), a.get()) == (4, (4, 1))
     else:
         assert (r.get(), a.get()) == (7, (8, 3))
-    clock.now = 25_000
+    clock.now = 40_000
     if visibility is Visibility.ReturnExpiredIfNotCleanedUp:
         assert r.get() is not None and a.get() is not None
     assert (r.get(), a.get()) == (None, None)

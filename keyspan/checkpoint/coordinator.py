@@ -83,18 +83,19 @@ class Retention:
         self.window: deque[tuple[int, set[str]]] = deque(
             (c["epoch"], manifest_paths(c["manifest"])) for c in store.list_checkpoints(job_id, include_discarded=False))
 
-    def committed(self, epoch: int, manifest: dict) -> int:
+    def expiring(self, epoch: int, manifest: dict) -> tuple[list[int], set[str]]:
+        """Checkpoints that drop out of the window once ``epoch`` commits, and the files only they
+        list; the caller marks them discarded in the commit and deletes the files after it."""
+        window = list(self.window) + [(epoch, manifest_paths(manifest))]
+        dropped = window[: max(0, len(window) - self.retained)]
+        kept = window[len(dropped):]
+        live = set().union(*(paths for _, paths in kept))
+        doomed = set().union(*(paths for _, paths in dropped)) - live if dropped else set()
+        return [e for e, _ in dropped], {p for p in doomed if "://" not in p}  # savepoint files stay
+
+    def committed(self, epoch: int, manifest: dict, doomed: set[str]) -> None:
         self.window.append((epoch, manifest_paths(manifest)))
-        dropped = []
-        removed = 0
         while len(self.window) > self.retained:
-            old_epoch, old_paths = self.window.popleft()
-            live = set().union(*(paths for _, paths in self.window))
-            for path in old_paths - live:
-                if "://" in path:
-                    continue  # a restored savepoint's file: savepoints belong to the user
-                self.storage.delete(path)
-                removed += 1
-            dropped.append(old_epoch)
-        self.store.mark_discarded(self.job_id, dropped)
-        return removed
+            self.window.popleft()
+        for path in doomed:
+            self.storage.delete(path)

@@ -218,23 +218,21 @@ class MetadataStore:
             c.execute(update(runs).where(runs.c.run_id == run_id).values(status="RUNNING", ended_at=None, error=None))
 
     # checkpoints --------------------------------------------------------------------------
-    def commit_checkpoint(self, **row) -> None:
-        """The atomic commit point of an epoch."""
+    def commit_checkpoint(self, discard: list[int] = (), **row) -> dict:
+        """The atomic commit point of an epoch (and of the retention that follows from it)."""
+        values = dict(created_at=time.time(), published=not row.get("sinks"), discarded=False, **row)
         with self.engine.begin() as c:
-            published = not row.get("sinks")  # nothing staged, nothing to publish
-            c.execute(insert(checkpoints).values(created_at=time.time(), published=published, discarded=False, **row))
+            c.execute(insert(checkpoints).values(**values))
+            if discard:
+                c.execute(update(checkpoints).where((checkpoints.c.job_id == row["job_id"]) &
+                                                    checkpoints.c.epoch.in_(list(discard)))
+                          .values(discarded=True, manifest={}, tokens={}))
+        return values
 
     def mark_published(self, job_id: str, epoch: int) -> None:
         with self.engine.begin() as c:
             c.execute(update(checkpoints).where((checkpoints.c.job_id == job_id) & (checkpoints.c.epoch == epoch))
                       .values(published=True))
-
-    def mark_discarded(self, job_id: str, epochs: list[int]) -> None:
-        if not epochs:
-            return
-        with self.engine.begin() as c:
-            c.execute(update(checkpoints).where((checkpoints.c.job_id == job_id) & checkpoints.c.epoch.in_(epochs))
-                      .values(discarded=True, manifest={}, tokens={}))
 
     def latest_checkpoint(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:

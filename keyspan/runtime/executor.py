@@ -517,18 +517,20 @@ class JobRunner:
             bytes_written += sum(h["bytes"] for h in report["handles"])
         previous = self.committed["manifest"] if self.committed else {}
         manifest = next_manifest(previous, handles)
-        self.store.commit_checkpoint(
-            job_id=self.job_id, epoch=epoch, run_id=self.run_info["run_id"], parallelism=self.parallelism,
-            max_parallelism=self.max_parallelism, source_offsets=offsets, manifest=manifest, tokens=tokens,
-            sinks=sinks, operators=self.plan.operators, bytes_written=bytes_written, records=records,
-            restored_from=self.run_info["restored_from"], code_version=self.code_version)
-        self.committed = self.store.get_checkpoint(self.job_id, epoch)
+        with self._files_lock:
+            discard, doomed = self.retention.expiring(epoch, manifest)
+            self.committed = self.store.commit_checkpoint(
+                discard=discard, job_id=self.job_id, epoch=epoch, run_id=self.run_info["run_id"],
+                parallelism=self.parallelism, max_parallelism=self.max_parallelism, source_offsets=offsets,
+                manifest=manifest, tokens=tokens, sinks=sinks, operators=self.plan.operators,
+                bytes_written=bytes_written, records=records, restored_from=self.run_info["restored_from"],
+                code_version=self.code_version)
         self.parallel_changed = False
         if sinks:
             self._publish(self.committed)
         self._deliver(driver_rows)
         with self._files_lock:
-            self.retention.committed(epoch, manifest)
+            self.retention.committed(epoch, manifest, doomed)
         self.progress.epochs += 1
         self.progress.records += records
         self.progress.last_checkpoint = epoch

@@ -783,7 +783,8 @@ class StageTask:
             if inst.operator_state is not None:
                 rel = f"state/{uid}/e{self.epoch:010d}-s{self.subtask:04d}-{self.token}.operator"
                 h = operator_state.write(self.storage, rel, inst.operator_state.snapshot(), inst.op.name)
-                h.update(uid=uid, kind="operator", epoch=self.epoch, subtask=self.subtask,
+                # kg: an empty key-group range — the file holds no key group, keyed restores skip it
+                h.update(uid=uid, kind="operator", epoch=self.epoch, kg=[0, 0], subtask=self.subtask,
                          parallelism=self.plan.parallelism)
                 handles.append(h)
             if inst.backend is None:
@@ -804,7 +805,8 @@ class StageTask:
         """Compact when the deltas since the last full snapshot outweigh it (or grow too many): the
         rewrite then costs about what the deltas cost, so an epoch's cost follows what it touched,
         not the total state, and a restore reads at most ~2× the state in a bounded number of files."""
-        chain = sorted((h for h in self.ectx["manifest"].get(uid, []) if h["kg"] == [key_groups.start, key_groups.stop]),
+        chain = sorted((h for h in self.ectx["manifest"].get(uid, [])
+                        if h["kind"] != "operator" and h["kg"] == [key_groups.start, key_groups.stop]),
                        key=lambda h: h["epoch"])
         fulls = [h for h in chain if h["kind"] == "full"]
         base = fulls[-1] if fulls else (chain[0] if chain else None)  # a first delta serves as the base

@@ -888,9 +888,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     # -- TTL cleanup --------------------------------------------------------------------------------
     def _compact_ttl(self, meta: _Meta) -> None:
         """The compaction-filter emulation: query the time once, then check the state's next
-        ``compact`` stored entries from where the last run stopped (to the end of the key-group
-        range; the run after starts over) and delete the expired ones, or the expired elements of a
-        list, through the undo log, so they are deletes in the epoch's delta and roll back with it."""
+        ``compact`` stored entries (each key group entered counts as one) from where the last run
+        stopped (to the end of the key-group range; the run after starts over) and delete the
+        expired ones, or the expired elements of a list, through the undo log, so they are deletes
+        in the epoch's delta and roll back with it."""
         policy = meta.ttl
         horizon = policy.horizon(policy.now(self))
         budget = meta.compact
@@ -901,6 +902,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         is_list = meta.kind == "list"
         stop_at = None
         for kg in range(first, self.key_groups.stop):
+            if budget <= 0:  # entering a key group costs a step too: a sparse state's run stays bounded
+                stop_at = _U16.pack(kg)  # sorts before the key group's entries: resume at its start
+                break
+            budget -= 1
             lo = _U16.pack(kg) + meta.sid
             start = lo if cursor is None or cursor < lo else cursor + b"\x00"
             entries = self._scan(start, _successor(lo))

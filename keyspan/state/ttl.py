@@ -318,8 +318,6 @@ class TtlValue(tuple):
         return f"TtlValue({self[0]!r}, ts={self[1]})"
 
 
-VALUE_KINDS = frozenset(("value", "reducing", "aggregating"))
-
 
 class TtlPolicy:
     """A TTL-enabled state's configuration, flattened for the backends' hot paths."""
