@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from typing import Iterator
 
 import cloudpickle
@@ -240,7 +239,3 @@ def source_dataframe(spark, reader: SourceReader, parallelism: int, max_records:
     if start_offset is not None:
         r = r.option("start_offset", json.dumps(start_offset))
     return r.load()
-
-
-def local_path(uri_or_path: str) -> str:
-    return uri_or_path[len("file://"):] if uri_or_path.startswith("file://") else os.path.abspath(uri_or_path)
