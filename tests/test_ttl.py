@@ -687,7 +687,7 @@ def test_restore_ttl_state_into_descriptors_without_ttl(new_backend, clock, sour
 
 # --- a real job ---------------------------------------------------------------------------------------------
 
-TTL_SECONDS = 4
+TTL_SECONDS = 3
 
 
 class LastSeen(KeyedProcessFunction):
@@ -712,7 +712,7 @@ def test_ttl_value_state_expires_between_epochs_in_a_job(env):
     longer than the TTL first. The expectation of the others follows the measured gaps (epochs take
     about a second here, well under the TTL, but a loaded machine must not make this flaky)."""
     env.set_max_records_per_epoch(1)
-    records = [("k", 0, 0), ("k", 1, 0), ("k", 2, TTL_SECONDS + 1.0), ("k", 3, 0)]
+    records = [("k", 0, 0), ("k", 1, 0), ("k", 2, TTL_SECONDS + 0.5), ("k", 3, 0)]
     result = sorted(env.from_collection(records).key_by(lambda r: r[0]).process(LastSeen())
                     .execute_and_collect(limit=100), key=lambda r: r[1])
     assert [r[1] for r in result] == [0, 1, 2, 3]
