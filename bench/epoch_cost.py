@@ -76,6 +76,9 @@ def main():
     work = tempfile.mkdtemp(prefix="keyspan-epoch-cost-")
     try:
         spark = make_spark(cores=2)
+        warm = os.path.join(work, "warm")
+        write_inputs(warm, 20_000, 2_000, 3)  # start Python workers and JIT before measuring
+        run(spark, warm, os.path.join(work, "wd-warm"), "epoch-cost-warm-up", 3)
         results = {}
         for size in (args.small, args.small * args.factor):
             data = os.path.join(work, f"in-{size}")
