@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.reader import read_keyed_state
 from keyspan.checkpoint.storage import Storage
 from keyspan.common import Encoder
 from keyspan.connectors.sources import CollectionSource
@@ -134,6 +135,9 @@ def test_rules_broadcast_to_keyed_and_non_keyed_transactions(env):
         handles = [h for h in checkpoint["manifest"][uid] if h["kind"] == "operator"]
         states = operator_state.load_snapshots(storage, handles)
         assert [s["broadcast"] for s in states] == [{"rules": {"max_amount": 60}}] * parallelism
+    # keyed state next to operator state in the same operator's checkpoint files
+    counts = read_keyed_state(storage, checkpoint["manifest"], "flag", 128)["count"]
+    assert counts == {a: sum(1 for t in data if t[0] == a) for a in {t[0] for t in data}}
 
 
 def test_broadcast_api_checks_its_arguments(env):

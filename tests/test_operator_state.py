@@ -189,6 +189,34 @@ def test_checkpointed_functions_on_non_keyed_and_keyed_streams(env):
     assert sorted(k for s in keyed_states for k in s["list"]["keys"]["values"]) == [0, 1, 2]
 
 
+class CountAndFailOnce(CountPerSubtask):
+    """Fails the first time it sees ``poison``, after having counted the records before it."""
+
+    def __init__(self, marker: str, poison: int):
+        super().__init__()
+        self.marker = marker
+        self.poison = poison
+
+    def flat_map(self, value):
+        import os
+
+        yield from super().flat_map(value)
+        if value == self.poison and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("injected task failure")
+
+
+def test_task_failure_mid_epoch_does_not_double_count_operator_state(env, workdir):
+    env.set_max_records_per_epoch(10)
+    marker = workdir / "failed-once"
+    out = (env.from_collection(list(range(30))).flat_map(CountAndFailOnce(str(marker), poison=17)).uid("count")
+           .execute_and_collect("fail-once", limit=1000))
+    assert marker.exists(), "the failure was not injected"
+    assert sorted(r[0] for r in out) == list(range(30))
+    _, states = _operator_states("fail-once", "count")
+    assert sum(s["list"]["count"]["values"][0][0] for s in states) == 30
+
+
 def test_stateful_operator_after_a_source_gets_its_own_stage(env):
     src = env.from_collection([1, 2, 3])
     src.flat_map(CountPerSubtask()).set_parallelism(3).map(lambda x: x).set_parallelism(3).print()

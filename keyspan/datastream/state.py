@@ -10,6 +10,7 @@ from keyspan.state.api import (  # noqa: F401
     MapState,
     MapStateDescriptor,
     MergingState,
+    OperatorStateStore,
     ReadOnlyBroadcastState,
     ReducingState,
     ReducingStateDescriptor,

@@ -235,7 +235,8 @@ class JobRunner:
                     break
             query.awaitTermination()
         except Exception as exc:  # noqa: BLE001 — reported below with the stored cause
-            self._fail(exc)
+            if not self.control.stopped:  # a batch Spark started while stopping ends the query with an error
+                self._fail(exc)
         finally:
             self.progress.done()
             if api is not None:

@@ -1,7 +1,8 @@
 """Operator (non-keyed) state: Flink's list, union list and broadcast state of one operator subtask.
 
 A subtask writes all of its operator state every epoch as one small file (the key-group file
-format with a single section 0, pickled Python values, so it is backend-neutral like keyed state);
+format with a single section, numbered -1 so that no key-group range includes it; pickled Python
+values, so it is backend-neutral like keyed state);
 the manifest lists it with kind ``"operator"`` and keeps only the newest file per (operator,
 subtask). A restore reads the files of all old subtasks and redistributes them over the new
 parallelism as Flink's ``RoundRobinOperatorStateRepartitioner`` does:
@@ -33,7 +34,7 @@ from keyspan.state.api import (
 SPLIT = "split"
 UNION = "union"
 FORMAT = 1
-SECTION = 0  # the single section of an operator-state file
+SECTION = -1  # the single section of an operator-state file: outside every key-group range, so keyed readers skip it
 
 
 def empty_snapshot() -> dict:
