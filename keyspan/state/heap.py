@@ -395,26 +395,10 @@ class HeapTtlListState(_HeapTtlState, ListState):
         stored = self._current()
         if stored is MISSING:
             return []
-        now, horizon = self._clock()
-        p = self._ttl
-        if p.update_on_read:
-            unexpired = [TtlValue((e[0], now)) for e in stored if e[1] > horizon]
-            result = [e[0] for e in stored] if p.return_expired else [e[0] for e in unexpired]
-            if unexpired:
-                self._write(unexpired)
-            else:
-                self._clear_now()
-            return result
-        result = []
-        any_unexpired = False
-        return_expired = p.return_expired
-        for e in stored:
-            if e[1] > horizon:
-                any_unexpired = True
-                result.append(e[0])
-            elif return_expired:
-                result.append(e[0])
-        if not any_unexpired:  # Flink clears a list state whose elements all expired
+        result, rewrite, clear = self._ttl.read_list(stored, *self._clock())
+        if rewrite is not None:
+            self._write(rewrite)
+        elif clear:
             self._clear_now()
         return result
 

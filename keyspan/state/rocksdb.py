@@ -494,26 +494,10 @@ class RocksDBTtlListState(_RocksTtlState, ListState):
         if raw is None:
             return []
         stored = pickle.loads(raw)
-        now, horizon = self._clock()
-        p = self._ttl
-        if p.update_on_read:
-            unexpired = [TtlValue((e[0], now)) for e in stored if e[1] > horizon]
-            result = [e[0] for e in stored] if p.return_expired else [e[0] for e in unexpired]
-            if unexpired:
-                self._write_list(unexpired)
-            else:
-                self.clear()
-            return result
-        result = []
-        any_unexpired = False
-        return_expired = p.return_expired
-        for e in stored:
-            if e[1] > horizon:
-                any_unexpired = True
-                result.append(e[0])
-            elif return_expired:
-                result.append(e[0])
-        if not any_unexpired:  # Flink clears a list state whose elements all expired
+        result, rewrite, clear = self._ttl.read_list(stored, *self._clock())
+        if rewrite is not None:
+            self._write_list(rewrite)
+        elif clear:
             self.clear()
         return result
 

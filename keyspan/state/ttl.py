@@ -358,6 +358,23 @@ class TtlPolicy:
         """Timestamps <= the horizon are expired at ``now``: ``min(ts + ttl, Long.MAX) <= now``."""
         return now - self.ttl if now < LONG_MAX else _ALL_EXPIRED
 
+    def read_list(self, stored: list, now: int, horizon):
+        """Flink's TTL list read, shared by both backends: (what the caller sees, the elements to write
+        back — refreshed on read — or None, whether the whole list state is to be cleared)."""
+        if self.update_on_read:
+            unexpired = [TtlValue((e[0], now)) for e in stored if e[1] > horizon]
+            result = [e[0] for e in stored] if self.return_expired else [e[0] for e in unexpired]
+            return result, unexpired or None, not unexpired
+        result = []
+        any_unexpired = False
+        for e in stored:
+            if e[1] > horizon:
+                any_unexpired = True
+                result.append(e[0])
+            elif self.return_expired:
+                result.append(e[0])
+        return result, None, not any_unexpired  # Flink clears a list state whose elements all expired
+
     # -- whole stored values (the heap layout, and the section format) -------------------------------
     def unexpired_or_none(self, stored, horizon):
         """``stored`` without its expired parts (elements of a list, entries of a map); None when
