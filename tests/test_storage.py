@@ -22,8 +22,8 @@ from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.runtime import options as run_options
 
-moto_server = pytest.importorskip("moto.server")
-boto3 = pytest.importorskip("boto3")
+import boto3  # noqa: E402 — the test extras install moto's server and boto3
+import moto.server as moto_server  # noqa: E402
 
 BUCKET = "keyspan-test"
 KEY, SECRET, REGION = "testing-key", "testing-secret", "us-east-1"
