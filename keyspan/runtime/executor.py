@@ -124,6 +124,7 @@ class JobRunner:
         self.control = JobControl()
         self._files_lock = threading.Lock()
         self._in_epoch = False
+        self.checkpoint_failures = 0  # consecutive epochs whose checkpoint could not be written
         self.restored_bytes: dict[tuple[int, int], int] = {}  # (stage, subtask) → state bytes read at restore
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -390,21 +391,41 @@ class JobRunner:
                 self.progress.skipped += 1
                 return  # replayed by Spark after a crash; this epoch already committed
             offsets = self._read_offsets(batch_id)
-            for attempt in range(EPOCH_ATTEMPTS):
+            inconsistent = 0
+            while True:
                 try:
                     rows = self._execute_epoch(batch_df, epoch)
                     reports = collect_control([r for r in rows["control"]])
                     self._check_complete(reports)
                     break
                 except InconsistentEpoch:
-                    if attempt == EPOCH_ATTEMPTS - 1:
+                    inconsistent += 1
+                    if inconsistent == EPOCH_ATTEMPTS:
                         raise
+                except Exception as exc:  # noqa: BLE001 — only checkpoint storage failures are tolerated
+                    self._checkpoint_failed(epoch, exc)
             self._commit(epoch, offsets, reports, rows["driver"])
+            self.checkpoint_failures = 0
         except BaseException as exc:
             self.failure = exc
             raise
         finally:
             self._in_epoch = False
+
+    def _checkpoint_failed(self, epoch: int, exc: Exception) -> None:
+        """A checkpoint whose files could not be written fails without touching the previous one; the
+        epoch runs again, until ``tolerable_checkpoint_failure_number`` consecutive failures."""
+        cause = _storage_failure(exc)
+        if cause is None:
+            raise exc
+        self.checkpoint_failures += 1
+        tolerable = self.checkpoint_config.tolerable_failures
+        if self.checkpoint_failures > tolerable:
+            raise JobExecutionError(
+                f"job '{self.job_id}': checkpoint of epoch {epoch} failed {self.checkpoint_failures} time(s) in a row "
+                f"(tolerable_checkpoint_failure_number = {tolerable}): {cause}") from None
+        print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.checkpoint_failures} of "
+              f"{tolerable} tolerated, running the epoch again", file=sys.stderr)
 
     def _execute_epoch(self, batch_df, epoch: int) -> dict:
         from pyspark.sql import functions as F
@@ -558,6 +579,22 @@ class JobRunner:
         for sink_index, records_by_subtask in by_sink.items():
             sink, parallelism = self.plan.driver_sinks[sink_index]
             sink.deliver(records_by_subtask, parallelism)
+
+
+def _storage_failure(exc: Exception) -> str | None:
+    """The storage error inside a failed epoch (raised in a task or on the driver), if that is what it was."""
+    text = f"{exc}\n" + "\n".join(getattr(exc, "__notes__", ()))
+    if UserFunctionError.MARKER in text:
+        return None
+    for marker in ("StorageError: ", "keyspan storage: "):
+        if marker in text:
+            line = next(line for line in text.splitlines() if marker in line)
+            if marker == "keyspan storage: ":  # the note names the file; the error is the line before it
+                lines = text.splitlines()
+                i = lines.index(line)
+                return f"{lines[i - 1].strip()} ({line.strip()})" if i else line.strip()
+            return line.strip()
+    return None
 
 
 def _collect_all(frames) -> list:
