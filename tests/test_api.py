@@ -326,3 +326,19 @@ def test_print_sink_with_parallelism_one_has_no_prefix(env, capsys):
     env.from_collection([1, 2, 3, 4]).map(lambda x: x * 10).print().set_parallelism(1)
     env.execute("print-p1")
     assert sorted(capsys.readouterr().out.splitlines()) == ["10", "20", "30", "40"]
+
+
+class StoresAFunction(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.handler = runtime_context.get_state(ValueStateDescriptor("handler"))
+
+    def process_element(self, value, ctx):
+        self.handler.update(lambda x: x)  # plain pickle cannot serialize a lambda
+        yield value
+
+
+def test_unserializable_state_fails_naming_operator_state_and_key(env):
+    env.from_collection([("only-key", 1)]).key_by(lambda r: r[0]).process(StoresAFunction()).name("keeps-lambdas") \
+        .print()
+    with pytest.raises(JobExecutionError, match=r"keeps-lambdas.*state 'handler'.*'only-key'"):
+        env.execute("unserializable")

@@ -333,10 +333,11 @@ class JobRunner:
     def _fail(self, exc: BaseException):
         self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
         text = str(exc)
-        if UserFunctionError.MARKER in text:
-            line = text[text.index(UserFunctionError.MARKER) + len(UserFunctionError.MARKER):].splitlines()[0]
-            raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
-                                    "was committed.") from None
+        for marker in (UserFunctionError.MARKER, "StateSerializationError: "):
+            if marker in text:  # a user function or a state value at fault: say which, not Spark's trace
+                line = text[text.index(marker) + len(marker):].splitlines()[0]
+                raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
+                                        "was committed.") from None
         if isinstance(exc, JobExecutionError):
             raise exc
         raise JobExecutionError(f"job '{self.job_id}' failed: {type(exc).__name__}: {text[:4000]}") from exc

@@ -323,6 +323,8 @@ class OperatorInstance:
         self.key_groups = key_groups
         self.cache_key = cache_key
         self.backend = backend_spec.create_keyed_backend(op.uid, key_groups) if key_groups is not None else None
+        if self.backend is not None:
+            self.backend.operator = f"{op.name}' (uid '{op.uid}"  # how errors name the operator
         self.function = serde.loads(serde.dumps_function(op.function))  # own copy per instance
         self.checkpointed = _checkpointed(self.function)
         self.operator_state = None  # a DefaultOperatorStateStore once initialized, if the operator keeps any
