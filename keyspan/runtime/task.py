@@ -46,6 +46,19 @@ BROADCAST_CHUNK = "broadcast"  # an exchange payload (BROADCAST_CHUNK, records) 
 
 _PLANS: dict[str, StagePlan] = {}
 _INSTANCES: dict[tuple, "OperatorInstance"] = {}
+IDLE_INSTANCE_SECONDS = 120
+
+
+def _evict_idle_instances(run_id: str) -> None:
+    """Python workers live across jobs: drop cached operators of other runs once they sit idle, so a
+    long-lived worker does not keep every finished job's state in memory."""
+    now = time.monotonic()
+    for key, inst in list(_INSTANCES.items()):
+        if key[0] != run_id and now - inst.last_used > IDLE_INSTANCE_SECONDS:
+            del _INSTANCES[key]
+            close = getattr(inst.backend, "close", None)
+            if close is not None:
+                close()
 
 
 class UserFunctionError(RuntimeError):
@@ -322,6 +335,7 @@ class OperatorInstance:
         self.op = op
         self.key_groups = key_groups
         self.cache_key = cache_key
+        self.last_used = time.monotonic()
         self.backend = backend_spec.create_keyed_backend(op.uid, key_groups) if key_groups is not None else None
         if self.backend is not None:
             self.backend.operator = f"{op.name}' (uid '{op.uid}"  # how errors name the operator
@@ -601,6 +615,7 @@ class StageTask:
 
     def _instance(self, op, keyed: bool) -> OperatorInstance:
         ectx = self.ectx
+        _evict_idle_instances(ectx["run_id"])
         plan = self.plan
         if keyed:
             key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism,
@@ -768,6 +783,7 @@ class StageTask:
         # this attempt's state changes stay pending until the driver says which attempt it committed
         for inst in self.instances:
             inst.pending = (self.epoch, self.token)
+            inst.last_used = time.monotonic()
             _INSTANCES[inst.cache_key] = inst
 
     def _snapshot_state(self):
