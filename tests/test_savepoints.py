@@ -222,3 +222,14 @@ def test_rescale_2_to_4_reads_a_quarter_of_the_state_per_subtask(workdir):
     for b in reads:
         assert b <= 1.1 * total / 4 + footer_allowance, (b, total)
     assert sum(reads) >= 0.9 * total
+
+
+def test_savepoint_records_operators_states_and_code_version(workdir):
+    path = _savepoint(workdir, "described")
+    metadata = json.loads(Path(path.removeprefix("file://"), "_metadata.json").read_text())
+    operators = {o["uid"]: o for o in metadata["operators"]}
+    assert operators["every-state"]["name"] == "KeyedProcess"
+    kinds = {d["name"]: d["kind"] for d in operators["every-state"]["states"]}
+    assert kinds == {"count": "value", "last": "list", "seen": "map", "total": "reducing", "avg": "aggregating"}
+    assert metadata["max_parallelism"] == 128 and metadata["source_offsets"]
+    assert "code_version" in metadata

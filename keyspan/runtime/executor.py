@@ -540,12 +540,13 @@ class JobRunner:
             bytes_written += sum(h["bytes"] for h in report["handles"])
         previous = self.committed["manifest"] if self.committed else {}
         manifest = next_manifest(previous, handles)
+        operators = self._describe_operators(reports)
         with self._files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
                 discard=discard, job_id=self.job_id, epoch=epoch, run_id=self.run_info["run_id"],
                 parallelism=self.parallelism, max_parallelism=self.max_parallelism, source_offsets=offsets,
-                manifest=manifest, tokens=tokens, sinks=sinks, operators=self.plan.operators,
+                manifest=manifest, tokens=tokens, sinks=sinks, operators=operators,
                 bytes_written=bytes_written, records=records, restored_from=self.run_info["restored_from"],
                 code_version=self.code_version)
         self.parallel_changed = False
@@ -557,6 +558,16 @@ class JobRunner:
         self.progress.epochs += 1
         self.progress.records += records
         self.progress.last_checkpoint = epoch
+
+    def _describe_operators(self, reports: dict) -> list[dict]:
+        """Operators with the names and descriptors of their keyed states, as a savepoint records them."""
+        known = {o["uid"]: o.get("states", []) for o in (self.committed or {}).get("operators", [])}
+        for report in reports.values():
+            for uid, states in report.get("states", {}).items():
+                merged = {d["name"]: d for d in known.get(uid, [])}
+                merged.update({d["name"]: d for d in states})
+                known[uid] = sorted(merged.values(), key=lambda d: d["name"])
+        return [{**o, "states": known.get(o["uid"], [])} for o in self.plan.operators]
 
     def _publish(self, checkpoint: dict) -> None:
         for uid, handles in checkpoint["sinks"].items():

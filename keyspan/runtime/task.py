@@ -769,6 +769,8 @@ class StageTask:
             "stage": self.plan.stage_id, "subtask": self.subtask, "token": self.token, "attempt": self.attempt,
             "handles": handles, "tokens": tokens, "sinks": sinks, "records": self.records_in,
             "restored_bytes": self.restored_bytes, "upstream": self.upstream,
+            "states": {inst.op.uid: inst.backend.describe_states() for inst in self.instances
+                       if inst.backend is not None},
         })
         downstream = [e for e in self.plan.exits if e.kind != "driver"]
         if downstream:
