@@ -38,16 +38,20 @@ def store() -> MetadataStore:
 
 
 def wait_for_checkpoints(job_id: str, count: int, timeout: float = 180, job: "BackgroundJob | None" = None) -> int:
+    """Wait until the job's current run has committed ``count`` checkpoints of its own (a restore
+    point inherited from a savepoint does not count) and its API is up; returns the latest epoch."""
     deadline = time.time() + timeout
     s = store()
     while time.time() < deadline:
         if job is not None and not job.thread.is_alive():
             job.join()
             raise AssertionError(f"job {job_id} ended before {count} checkpoints")
-        latest = s.latest_checkpoint(job_id)
+        run = s.latest_run(job_id)
         info = s.get_job(job_id)
-        if latest is not None and latest["epoch"] >= count - 1 and info and info["api_url"]:
-            return latest["epoch"]
+        if run is not None and info and info["api_url"]:
+            own = [c for c in s.list_checkpoints(job_id) if c["run_id"] == run["run_id"]]
+            if len(own) >= count:
+                return own[-1]["epoch"]
         time.sleep(0.1)
     raise TimeoutError(f"job {job_id} did not reach {count} checkpoints")
 

@@ -108,7 +108,7 @@ def test_stop_and_restore_at_same_higher_and_lower_parallelism(workdir):
         env = env_with(parallelism)
         build(env, out)
         job = BackgroundJob(env, "rescaled")
-        first = wait_for_checkpoints("rescaled", (step + 1) * 4, job=job)
+        first = wait_for_checkpoints("rescaled", 4, job=job)
         path = stop_with_savepoint("rescaled")
         job.join()
         metadata = json.loads(Path(path.removeprefix("file://"), "_metadata.json").read_text())
