@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import ast
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 
 from keyspan.checkpoint.coordinator import next_manifest
@@ -28,6 +26,8 @@ from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor, Va
 from keyspan.runtime import options as run_options
 from keyspan.runtime.planner import compile_graph
 from keyspan.state import operator as operator_state
+
+from savepoint_helpers import stop_with_savepoint, wait_for_checkpoints
 
 
 # --- redistribution, as Flink's RoundRobinOperatorStateRepartitioner ------------------------------------
@@ -306,27 +306,11 @@ def _run_in_background(env, name):
 
 def stop_with_savepoint_after(job_id: str, checkpoints: int, thread, box, timeout: float = 240) -> str:
     """Wait for ``checkpoints`` committed epochs, then stop the job with a savepoint; its location."""
-    store = MetadataStore(run_options.current().metadata())
-    deadline = time.time() + timeout
-    api = None
-    while time.time() < deadline:
-        assert thread.is_alive(), f"job ended before it could be stopped: {box}"
-        latest = store.latest_checkpoint(job_id)
-        job = store.get_job(job_id)
-        if latest is not None and latest["epoch"] >= checkpoints - 1 and job and job["api_url"]:
-            api = job["api_url"]
-            break
-        time.sleep(0.05)
-    assert api, "no checkpoints in time"
-    trigger = httpx.post(f"{api}/jobs/{job_id}/stop", json={"savepoint": True}, timeout=30).json()["request-id"]
-    while time.time() < deadline:
-        answer = httpx.get(f"{api}/jobs/{job_id}/savepoints/{trigger}", timeout=30).json()
-        if answer["status"]["id"] == "COMPLETED":
-            thread.join(120)
-            assert "error" not in box, box
-            return answer["operation"]["location"]
-        time.sleep(0.1)
-    raise TimeoutError("the savepoint did not complete")
+    wait_for_checkpoints(job_id, checkpoints, timeout=timeout)
+    location = stop_with_savepoint(job_id, timeout=timeout)
+    thread.join(120)
+    assert "error" not in box, box
+    return location
 
 
 def restore_and_run(workdir: Path, savepoint: str, build, name: str):
