@@ -233,3 +233,29 @@ def test_savepoint_records_operators_states_and_code_version(workdir):
     assert kinds == {"count": "value", "last": "list", "seen": "map", "total": "reducing", "avg": "aggregating"}
     assert metadata["max_parallelism"] == 128 and metadata["source_offsets"]
     assert "code_version" in metadata
+
+
+def test_savepoint_copied_elsewhere_restores_on_the_other_backend(workdir):
+    """Invariant 5: a savepoint is canonical and self-contained — move it, delete the job's own
+    checkpoints, and restore it on RocksDB although the heap backend wrote it."""
+    import shutil
+
+    from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend
+
+    reference_out = workdir / "reference"
+    env = env_with(2)
+    build(env, reference_out)
+    env.execute("portable-reference")
+
+    path = _savepoint(workdir, "portable")
+    moved = workdir / "elsewhere" / "sp"
+    shutil.copytree(path.removeprefix("file://"), moved)
+    shutil.rmtree(path.removeprefix("file://"))
+    shutil.rmtree(workdir / ".keyspan" / "checkpoints" / "portable")
+
+    use_options(savepoint_path=str(moved))
+    env = env_with(3)
+    env.set_state_backend(EmbeddedRocksDBStateBackend())
+    build(env, workdir / "out-portable")
+    env.execute("portable")
+    assert lines(workdir / "out-portable") == lines(reference_out)
