@@ -144,28 +144,23 @@ def savepoint(
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
 ):
     """Take a savepoint of a running job; prints its path once complete."""
+    out.print(_trigger(job, "savepoints", {"target_directory": target}, workdir, metadata_url))
+
+
+def _trigger(job, endpoint: str, body: dict, workdir, metadata_url) -> str | None:
+    """POST to a running job's API and wait for the savepoint/stop it triggered."""
     import httpx
 
     from keyspan.checkpoint.metadata import MetadataStore
 
     store = MetadataStore(_options(workdir, metadata_url).metadata())
     info, api_url = _api(store, job)
-    trigger = httpx.post(f"{api_url}/jobs/{info['job_id']}/savepoints", json={"target_directory": target},
-                         timeout=30).json()["request-id"]
-    out.print(_await_trigger(api_url, info["job_id"], trigger))
+    trigger = httpx.post(f"{api_url}/jobs/{info['job_id']}/{endpoint}", json=body, timeout=30).json()["request-id"]
+    return _await_trigger(api_url, info["job_id"], trigger)
 
 
 def _stop(job, savepoint_flag, target, workdir, metadata_url) -> str | None:
-    import httpx
-
-    from keyspan.checkpoint.metadata import MetadataStore
-
-    store = MetadataStore(_options(workdir, metadata_url).metadata())
-    info, api_url = _api(store, job)
-    trigger = httpx.post(f"{api_url}/jobs/{info['job_id']}/stop",
-                         json={"savepoint": savepoint_flag, "target_directory": target}, timeout=30).json()["request-id"]
-    path = _await_trigger(api_url, info["job_id"], trigger)
-    return path
+    return _trigger(job, "stop", {"savepoint": savepoint_flag, "target_directory": target}, workdir, metadata_url)
 
 
 @app.command()
