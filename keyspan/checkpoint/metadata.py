@@ -95,7 +95,21 @@ checkpoints = Table(
     Column("discarded", Boolean, nullable=False, default=False),
     Column("restored_from", Text),
     Column("code_version", String(64)),
+    Column("event_time", JSON),  # watermark origins: watermark and per-split max timestamps (event_time.py)
 )
+
+# columns added after the first release: (table, column, SQL type) added to stores created before them
+_ADDED_COLUMNS = [("checkpoints", "event_time", "JSON")]
+
+
+def _add_missing_columns(engine) -> None:
+    from sqlalchemy import inspect, text
+
+    inspector = inspect(engine)
+    for table, column, sql_type in _ADDED_COLUMNS:
+        if column not in {c["name"] for c in inspector.get_columns(table)}:
+            with engine.begin() as c:
+                c.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
 
 def default_url(workdir: str) -> str:
@@ -121,6 +135,7 @@ def _engine(url: str):
         for attempt in range(5):
             try:
                 metadata.create_all(engine)
+                _add_missing_columns(engine)
                 break
             except OperationalError:
                 if attempt == 4:

@@ -39,8 +39,7 @@ def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, 
         for h in handles:
             src_storage, src_rel = statefile.resolve(job_storage, h["path"])
             rel = posixpath.join("state", _safe(uid), posixpath.basename(src_rel))
-            data = src_storage.read(src_rel)
-            target.write(rel, data)
+            src_storage.copy_file(src_rel, target, rel)  # in pieces: a large state file is never held whole
             copied.append({**h, "path": rel})
         state[uid] = copied
     metadata = {
@@ -55,6 +54,7 @@ def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, 
         "restored_from": checkpoint.get("restored_from"),
         "source_offsets": checkpoint["source_offsets"],
         "operators": checkpoint["operators"],
+        "event_time": checkpoint.get("event_time") or {},
         "state": state,
         **(extra or {}),
     }

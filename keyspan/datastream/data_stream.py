@@ -198,6 +198,25 @@ class DataStream:
         selector = _as_callable(key_selector, "get_key", KeySelector)
         return KeyedStream(self, selector, key_type)
 
+    def assign_timestamps_and_watermarks(self, watermark_strategy) -> "DataStream":
+        """Event timestamps from the strategy's assigner and watermarks from its bound; downstream
+        operators see this stream's watermark instead of the upstream one (as in Flink)."""
+        from keyspan.common.watermark_strategy import WatermarkStrategy
+
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            raise TypeError(f"assign_timestamps_and_watermarks needs a WatermarkStrategy, got {watermark_strategy!r}")
+        return DataStream(self._env, self._add("timestamps", "Timestamps/Watermarks", watermark_strategy,
+                                               self._t.output_type))
+
+    def get_side_output(self, output_tag) -> "DataStream":
+        """The records this operator emitted with ``yield output_tag, value``."""
+        from keyspan.datastream.output_tag import OutputTag
+
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"get_side_output needs an OutputTag, got {output_tag!r}")
+        return DataStream(self._env, self._add("side_output", f"SideOutput({output_tag.tag_id})",
+                                               output_type=output_tag.type_info, spec=output_tag))
+
     def union(self, *streams: "DataStream") -> "DataStream":
         inputs = [self._t] + [s._t for s in streams]
         return DataStream(self._env, self._add("union", "Union", inputs=inputs, output_type=self._t.output_type))
@@ -286,6 +305,19 @@ class KeyedStream(DataStream):
 
     def max_by(self, position_to_max_by: Union[int, str] = 0) -> DataStream:
         return self._keyed(_KeyedReduce(_aggregation("max_by", position_to_max_by)), "MaxBy", self._t.output_type)
+
+    def window(self, window_assigner) -> "WindowedStream":
+        """Split the keyed stream into windows (``keyspan.datastream.window``); ``reduce``, ``aggregate``,
+        ``process`` or ``apply`` on the result evaluate them."""
+        from keyspan.datastream.window_operator import WindowedStream
+
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int = 0) -> "WindowedStream":
+        """Tumbling count windows of ``size`` elements per key, or sliding ones every ``slide`` elements."""
+        from keyspan.datastream.window_operator import count_window
+
+        return count_window(self, size, slide)
 
     def key_by(self, key_selector, key_type=None) -> "KeyedStream":
         return self._origin.key_by(key_selector, key_type)

@@ -30,6 +30,7 @@ from keyspan.checkpoint.savepoint import (
 )
 from keyspan.checkpoint.storage import Storage
 from keyspan.connectors.sources import KeyspanSource, SparkSource, source_dataframe
+from keyspan.runtime import event_time
 from keyspan.runtime import session as spark_session
 from keyspan.rest.server import start_api
 from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, compile_graph
@@ -288,6 +289,7 @@ class JobRunner:
             job_id=self.job_id, epoch=savepoint["epoch"], run_id="savepoint", parallelism=savepoint["parallelism"],
             max_parallelism=savepoint["max_parallelism"], source_offsets=savepoint["source_offsets"],
             manifest=restored_manifest(savepoint), tokens={}, sinks={}, operators=savepoint["operators"],
+            event_time=savepoint.get("event_time") or {},
             bytes_written=0, records=0, restored_from=f"savepoint:{savepoint['uri']}",
             code_version=savepoint.get("code_version"))
 
@@ -346,6 +348,9 @@ class JobRunner:
         """One streaming DataFrame for the whole job: several sources are unioned and told apart by
         a ``_ks_src`` column, so every source advances in the same micro-batch (one consistent cut)."""
         self.source_columns = {}
+        self.readers = {}
+        bounded = all(getattr(t.spec, "bounded", False) for t in self.plan.sources)
+        wake_file = None if bounded else self._wake_file()
         frames = []
         for i, t in enumerate(self.plan.sources):
             if isinstance(t.spec, SparkSource):
@@ -355,7 +360,8 @@ class JobRunner:
                 reader = t.spec.reader(self.storage, uid)
                 start = offsets.get(str(i)) if offsets else None
                 limit = t.spec.max_per_epoch or (self.env._max_records_per_epoch if reader.unit == "records" else None)
-                df = source_dataframe(spark, reader, self.parallelism, limit, start)
+                df = source_dataframe(spark, reader, self.parallelism, limit, start, wake_file)
+                self.readers[i] = reader
             else:
                 raise TypeError(f"source '{t.name}' is not a keyspan source or Spark DataFrame: {t.spec!r}")
             self.source_columns[t.id] = df.columns
@@ -395,7 +401,7 @@ class JobRunner:
             inconsistent = 0
             while True:
                 try:
-                    rows = self._execute_epoch(batch_df, epoch)
+                    rows = self._execute_epoch(batch_df, epoch, offsets)
                     reports = collect_control([r for r in rows["control"]])
                     self._check_complete(reports)
                     break
@@ -405,7 +411,7 @@ class JobRunner:
                         raise
                 except Exception as exc:  # noqa: BLE001 — only checkpoint storage failures are tolerated
                     self._checkpoint_failed(epoch, exc)
-            self._commit(epoch, offsets, reports, rows["driver"])
+            self._commit(epoch, offsets, reports, rows["driver"], rows["time"])
             self.checkpoint_failures = 0
         except BaseException as exc:
             self.failure = exc
@@ -428,11 +434,37 @@ class JobRunner:
         print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.checkpoint_failures} of "
               f"{tolerable} tolerated, running the epoch again", file=sys.stderr)
 
-    def _execute_epoch(self, batch_df, epoch: int) -> dict:
+    def _time_context(self, offsets) -> dict:
+        """What every task needs to compute the watermarks after this epoch exactly as the driver will."""
+        done = {int(i) for i, offset in (offsets or {}).items()
+                if int(i) in self.readers and self.readers[int(i)].exhausted(offset)}
+        finished = [uid for uid, o in self.plan.origins.items() if o["sources"] and set(o["sources"]) <= done]
+        return {"origins": self.plan.origins, "state": (self.committed or {}).get("event_time") or {},
+                "now": int(time.time() * 1000), "finished": finished}
+
+    def _wake_file(self) -> str:
+        return os.path.join(os.path.abspath(self.options.workdir), "wake", f"{self.job_id}.json")
+
+    def _schedule_wake(self, reports: dict, now: int) -> None:
+        """Tell the sources when the job next needs an epoch without new records: the earliest pending
+        processing-time timer, or an idle-split timeout that would let a watermark advance."""
+        if getattr(self, "readers", None) is None or all(getattr(t.spec, "bounded", False) for t in self.plan.sources):
+            return
+        wake = [r["next_timer"] for r in reports.values() if r.get("next_timer") is not None]
+        wake += [now + o["idleness_ms"] for o in self.plan.origins.values() if o["idleness_ms"]]
+        path = self._wake_file()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"wake_at": min(wake) if wake else None}, f)
+        os.replace(tmp, path)
+
+    def _execute_epoch(self, batch_df, epoch: int, offsets=None) -> dict:
         from pyspark.sql import functions as F
 
         plan = self.plan
         committed = self.committed
+        time_ctx = self._time_context(offsets)
         ectx = {
             "run_id": self.run_info["run_id"],
             "epoch": epoch,
@@ -443,6 +475,7 @@ class JobRunner:
             "backend": self.env.get_state_backend(),
             "max_chain": self.checkpoint_config.max_delta_chain,
             "full_all": self.parallel_changed,
+            "time": time_ctx,
         }
         outputs = {}
         consumers = {s.plan.stage_id: 0 for s in plan.stages}
@@ -501,7 +534,7 @@ class JobRunner:
                 control.append(bytes(row["_ks_ctl"]))
             elif row["_ks_exit"] == DRIVER_EXIT:
                 driver.append((row["_ks_sub"], bytes(row["payload"])))
-        return {"control": control, "driver": driver}
+        return {"control": control, "driver": driver, "time": time_ctx}
 
     def _check_complete(self, reports) -> None:
         for s in self.plan.stages:
@@ -523,8 +556,9 @@ class JobRunner:
             offsets[str(i)] = json.loads(line) if line and line != "-" else None
         return offsets
 
-    def _commit(self, epoch: int, offsets, reports: dict, driver_rows) -> None:
+    def _commit(self, epoch: int, offsets, reports: dict, driver_rows, time_ctx: dict) -> None:
         handles, tokens, sinks = [], {}, {}
+        splits: dict = {}
         records = 0
         bytes_written = 0
         for (stage_id, subtask), report in reports.items():
@@ -533,6 +567,7 @@ class JobRunner:
                                                             + report["restored_bytes"])
             handles.extend(report["handles"])
             tokens.update(report["tokens"])
+            event_time.merge_reports(splits, report.get("splits", {}))
             for h in report["sinks"]:
                 sinks.setdefault(h["sink"], []).append(h)
             if self.plan.stages[stage_id].source is not None or self.plan.stages[stage_id].plan.input_format == "typed_keyed":
@@ -548,11 +583,14 @@ class JobRunner:
                 parallelism=self.parallelism, max_parallelism=self.max_parallelism, source_offsets=offsets,
                 manifest=manifest, tokens=tokens, sinks=sinks, operators=operators,
                 bytes_written=bytes_written, records=records, restored_from=self.run_info["restored_from"],
-                code_version=self.code_version)
+                code_version=self.code_version,
+                event_time=event_time.advance(time_ctx["origins"], time_ctx["state"], splits, time_ctx["now"],
+                                              time_ctx["finished"]))
         self.parallel_changed = False
         if sinks:
             self._publish(self.committed)
         self._deliver(driver_rows)
+        self._schedule_wake(reports, time_ctx["now"])
         with self._files_lock:
             self.retention.committed(epoch, manifest, doomed)
         self.progress.epochs += 1

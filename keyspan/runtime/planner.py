@@ -22,6 +22,7 @@ from keyspan.state import serde
 DRIVER_EXIT = -1
 CONTROL_EXIT = -2
 KEYED_KINDS = ("keyed_process", "keyed_broadcast_process")
+VIRTUAL_KINDS = ("union", "side_output")  # graph nodes that only name edges: no operator of their own
 BROADCAST_KINDS = ("broadcast_process", "keyed_broadcast_process")
 
 
@@ -45,7 +46,10 @@ class OpSpec:
     sink: Any = None
     driver_sink_index: int | None = None
     broadcast_descriptors: list | None = None  # the MapStateDescriptors a broadcast-process operator declares
-    outputs: list = field(default_factory=list)  # ("op", index) | ("exit", exit_id)
+    outputs: list = field(default_factory=list)  # ("op", index, tag) | ("exit", exit_id, tag); tag: side output
+    origins: list = field(default_factory=list)  # uids of the watermark origins upstream (event_time.py)
+    watermark_strategy: Any = None  # for a watermark origin that assigns timestamps
+    split: int | None = None  # an origin's split: 0 in a source stage (one per source), else the subtask
 
 
 @dataclass
@@ -85,6 +89,7 @@ class PhysicalPlan:
     driver_sinks: list[tuple[Any, int]]  # (sink, parallelism of the stage it runs in)
     task_sinks: dict[str, Any]
     operators: list[dict]  # uid, name, kind, generated — recorded in every checkpoint
+    origins: dict[str, dict] = field(default_factory=dict)  # watermark origin uid → bound, idleness, splits, sources
 
     def stage(self, stage_id: int) -> Stage:
         return self.stages[stage_id]
@@ -170,16 +175,23 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     def physical_inputs(t: Transformation) -> list[Transformation]:
         out = []
         for i in t.inputs:
-            out.extend(physical_inputs(i) if i.kind == "union" else [i])
+            out.extend(physical_inputs(i) if i.kind in VIRTUAL_KINDS else [i])
         return out
 
-    def consumer_edges(t: Transformation) -> list[tuple[Transformation, int]]:
-        """(consumer, input index) for every edge leaving ``t``, through unions."""
+    def consumer_edges(t: Transformation, tag=None) -> list[tuple[Transformation, int, str | None]]:
+        """(consumer, input index, side-output tag) for every edge leaving ``t``, through unions
+        and side outputs."""
         out = []
         for c in consumers[t.id]:
             for index, i in enumerate(c.inputs):
-                if i is t:
-                    out.extend(consumer_edges(c) if c.kind == "union" else [(c, index)])
+                if i is not t:
+                    continue
+                if c.kind == "union":
+                    out.extend(consumer_edges(c, tag))
+                elif c.kind == "side_output":
+                    out.extend(consumer_edges(c, c.spec.tag_id))
+                else:
+                    out.append((c, index, tag))
         return out
 
     def chained(t: Transformation) -> bool:
@@ -207,7 +219,11 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
         uid, generated = uids[t.id]
-        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=t.function)
+        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=t.function,
+                    origins=sorted(origins_of(t)))
+        if kind == "timestamps" or (kind == "source" and getattr(t.spec, "watermark_strategy", None)):
+            op.watermark_strategy = t.function if kind == "timestamps" else t.spec.watermark_strategy
+            op.split = 0 if stage.source is not None else None
         if kind in BROADCAST_KINDS:
             op.broadcast_descriptors = list(t.spec)
         if kind == "sink":
@@ -225,8 +241,25 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                           "stage": stage.plan.stage_id, "stateful": keyed(t) or has_operator_state(t)})
         return op
 
+    sources = [t for t in transformations if t.kind == "source"]
+    origin_cache: dict[int, frozenset] = {}
+
+    def origins_of(t: Transformation) -> frozenset:
+        """The watermark origins whose watermarks reach ``t``: sources and timestamp assigners."""
+        if t.id not in origin_cache:
+            if t.kind in ("source", "timestamps"):
+                origin_cache[t.id] = frozenset([uids[t.id][0]])
+            else:
+                origin_cache[t.id] = frozenset().union(*(origins_of(i) for i in t.inputs))
+        return origin_cache[t.id]
+
+    def sources_of(t: Transformation) -> set[int]:
+        if t.kind == "source":
+            return {sources.index(t)}
+        return set().union(*(sources_of(i) for i in t.inputs))
+
     for t in sorted(transformations, key=lambda t: t.id):
-        if t.kind == "union":
+        if t.kind in VIRTUAL_KINDS:
             continue
         if t.kind == "source":
             stage = new_stage(t, "typed" if isinstance(t.spec, SparkSource) else "chunks")
@@ -243,15 +276,15 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     # wire outputs: chained consumers are ops in the same stage, the rest leave through exits
     for t in sorted(transformations, key=lambda t: t.id):
-        if t.kind == "union" or t.id not in stage_of:
+        if t.kind in VIRTUAL_KINDS or t.id not in stage_of:
             continue
         stage = stages[stage_of[t.id]]
         op = stage.plan.ops[op_index[t.id]]
         if op.kind == "driver_sink":
             _driver_exit(stage)
-        for c, index in consumer_edges(t):
+        for c, index, tag in consumer_edges(t):
             if stage_of.get(c.id) == stage.plan.stage_id and chained(c):
-                op.outputs.append(("op", op_index[c.id]))
+                op.outputs.append(("op", op_index[c.id], tag))
                 continue
             target = stages[stage_of[c.id]]
             if c.kind in BROADCAST_KINDS and index == 1:
@@ -261,14 +294,27 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
                                  c.key_selector if kind == "keyed" else None)
             stage.plan.exits.append(exit_spec)
-            op.outputs.append(("exit", exit_spec.exit_id))
+            op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))
             if kind == "broadcast":
                 target.broadcast_inputs.append((stage.plan.stage_id, exit_spec.exit_id))
 
     _push_down_key_columns(stages)
-    sources = [t for t in transformations if t.kind == "source"]
-    return PhysicalPlan(stages, sources, driver_sinks, task_sinks, operators)
+    origins = {}
+    for t in transformations:
+        if t.kind == "source":
+            strategy = getattr(t.spec, "watermark_strategy", None)
+            splits = 1
+        elif t.kind == "timestamps":
+            strategy = t.function
+            stage = stages[stage_of[t.id]]
+            splits = 1 if stage.source is not None else stage.plan.parallelism
+        else:
+            continue
+        origins[uids[t.id][0]] = {"bound_ms": strategy.bound_ms if strategy else None,
+                                  "idleness_ms": strategy.idleness_ms if strategy else None,
+                                  "splits": splits, "sources": sorted(sources_of(t))}
+    return PhysicalPlan(stages, sources, driver_sinks, task_sinks, operators, origins)
 
 
 def _driver_exit(stage: Stage) -> None:
@@ -283,6 +329,8 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
         plan = stage.plan
         if stage.source is None or plan.input_format != "typed" or len(plan.ops) != 1:
             continue
+        if plan.ops[0].watermark_strategy is not None:
+            continue  # timestamps are assigned in Python, at the source
         if len(plan.exits) != 1 or plan.exits[0].kind != "keyed":
             continue
         target = stages[plan.exits[0].consumer_stage]

@@ -27,7 +27,12 @@ from keyspan.datastream.functions import (
     ProcessFunction,
     RuntimeContext,
 )
+from keyspan.datastream.functions import TimeDomain
+from keyspan.datastream.output_tag import OutputTag
+from keyspan.runtime import event_time
+from keyspan.runtime.event_time import LONG_MIN
 from keyspan.runtime.planner import BROADCAST_KINDS, CONTROL_EXIT, DRIVER_EXIT, StagePlan, user_function
+from keyspan.runtime.timers import EVENT_TIME, PROCESSING_TIME, TimerService, wall_clock_ms
 from keyspan.state import operator as operator_state
 from keyspan.state import serde
 from keyspan.state.keygroups import (
@@ -42,7 +47,7 @@ OUTPUT_DDL = "_ks_exit int, _ks_sub int, _ks_ctl binary, payload binary"
 FLUSH_RECORDS = 16384
 RECORD_PREVIEW = 300
 
-BROADCAST_CHUNK = "broadcast"  # an exchange payload (BROADCAST_CHUNK, records) of a broadcast input
+BROADCAST_CHUNK = "broadcast"  # in place of the key groups: an exchange chunk of a broadcast input
 
 _PLANS: dict[str, StagePlan] = {}
 _INSTANCES: dict[tuple, "OperatorInstance"] = {}
@@ -165,44 +170,75 @@ class _RuntimeContext(RuntimeContext):
         return self._keyed(state_descriptor)
 
 
-class _TimerService:
-    """Clock queries; timers themselves come with event-time support."""
+class _Clock:
+    """``timer_service()`` of an operator without keyed state: the clocks only, as in Flink."""
+
+    __slots__ = ("watermark",)
+
+    def __init__(self, watermark: int = LONG_MIN):
+        self.watermark = watermark
 
     def current_processing_time(self) -> int:
-        return int(time.time() * 1000)
+        return wall_clock_ms()
 
     def current_watermark(self) -> int:
-        return -(1 << 63)
+        return self.watermark
 
+    def _no_timers(self, timestamp):
+        raise RuntimeError("timers are only available on a keyed stream: use key_by(...).process(...) with a "
+                           "KeyedProcessFunction")
 
-_TIMER_SERVICE = _TimerService()
+    register_event_time_timer = register_processing_time_timer = _no_timers
+    delete_event_time_timer = delete_processing_time_timer = _no_timers
 
 
 class _KeyedContext(KeyedProcessFunction.Context):
-    __slots__ = ("_backend",)
+    """``process_element``'s context: the record's timestamp is the task's current one."""
 
-    def __init__(self, backend):
+    __slots__ = ("_backend", "_cell", "_timers")
+
+    def __init__(self, backend, cell, timers):
         self._backend = backend
+        self._cell = cell
+        self._timers = timers
 
     def get_current_key(self):
         return self._backend.current_key
 
     def timestamp(self):
-        return None
+        return self._cell[0]
 
     def timer_service(self):
-        return _TIMER_SERVICE
+        return self._timers
+
+
+class _OnTimerContext(_KeyedContext, KeyedProcessFunction.OnTimerContext):
+    __slots__ = ("domain", "firing")
+
+    def __init__(self, backend, cell, timers):
+        super().__init__(backend, cell, timers)
+        self.domain = TimeDomain.EVENT_TIME
+        self.firing = None
+
+    def timestamp(self):
+        return self.firing
+
+    def time_domain(self):
+        return self.domain
 
 
 class _Context(ProcessFunction.Context):
+    __slots__ = ("_cell", "_clock")
+
+    def __init__(self, cell, clock):
+        self._cell = cell
+        self._clock = clock
+
     def timestamp(self):
-        return None
+        return self._cell[0]
 
     def timer_service(self):
-        return _TIMER_SERVICE
-
-
-_CONTEXT = _Context()
+        return self._clock
 
 
 class _InitializationContext(FunctionInitializationContext):
@@ -263,21 +299,23 @@ class _BroadcastStates:
 class _BroadcastContextBase:
     _writable = False
 
-    def __init__(self, states: _BroadcastStates, backend=None):
+    def __init__(self, states: _BroadcastStates, cell, clock, backend=None):
         self._states = states
+        self._cell = cell
+        self._clock = clock
         self._backend = backend
 
     def get_broadcast_state(self, state_descriptor):
         return self._states.get(state_descriptor, self._writable)
 
     def timestamp(self):
-        return None
+        return self._cell[0]
 
     def current_processing_time(self) -> int:
-        return _TIMER_SERVICE.current_processing_time()
+        return wall_clock_ms()
 
     def current_watermark(self) -> int:
-        return _TIMER_SERVICE.current_watermark()
+        return self._clock.current_watermark()
 
 
 class _BroadcastReadOnlyContext(_BroadcastContextBase, BroadcastProcessFunction.ReadOnlyContext):
@@ -293,7 +331,20 @@ class _KeyedBroadcastReadOnlyContext(_BroadcastContextBase, KeyedBroadcastProces
         return self._backend.current_key
 
     def timer_service(self):
-        return _TIMER_SERVICE
+        return self._clock  # the instance's TimerService
+
+
+class _KeyedBroadcastOnTimerContext(_KeyedBroadcastReadOnlyContext, KeyedBroadcastProcessFunction.OnTimerContext):
+    def __init__(self, states, cell, clock, backend):
+        super().__init__(states, cell, clock, backend)
+        self.domain = TimeDomain.EVENT_TIME
+        self.firing = None
+
+    def timestamp(self):
+        return self.firing
+
+    def time_domain(self):
+        return self.domain
 
 
 class _KeyedBroadcastContext(_BroadcastContextBase, KeyedBroadcastProcessFunction.Context):
@@ -302,9 +353,7 @@ class _KeyedBroadcastContext(_BroadcastContextBase, KeyedBroadcastProcessFunctio
     def apply_to_keyed_state(self, state_descriptor, function) -> None:
         backend = self._backend
         state = backend.get_state(state_descriptor)
-        name = state_descriptor.name
-        entries = [(kg, key) for kg, section in sorted(backend.all_sections().items()) if name in section
-                   for key in list(section[name][0])]
+        entries = list(backend.keys_of(state_descriptor.name))
         saved = backend.current_key, backend.current_key_group
         try:
             for kg, key in entries:
@@ -316,6 +365,12 @@ class _KeyedBroadcastContext(_BroadcastContextBase, KeyedBroadcastProcessFunctio
 
 
 # --- operators -------------------------------------------------------------------------------------
+
+def _overrides_on_timer(function) -> bool:
+    on_timer = getattr(type(function), "on_timer", None)
+    return on_timer is not None and on_timer not in (KeyedProcessFunction.on_timer,
+                                                     KeyedBroadcastProcessFunction.on_timer)
+
 
 def _checkpointed(function):
     """The CheckpointedFunction behind an operator's function (through keyed adapters), or None."""
@@ -343,7 +398,8 @@ class OperatorInstance:
         self.checkpointed = _checkpointed(self.function)
         self.operator_state = None  # a DefaultOperatorStateStore once initialized, if the operator keeps any
         self.has_operator_state = self.checkpointed is not None or op.kind in BROADCAST_KINDS
-        self.ctx = _KeyedContext(self.backend) if self.backend is not None else None
+        self.timers = TimerService(self.backend) if self.backend is not None else None
+        self.fires_timers = _overrides_on_timer(self.function)
         self.runtime_context = _RuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
                                                self.backend)
         self.version = None  # last epoch whose state this instance holds, confirmed
@@ -365,9 +421,14 @@ class OperatorInstance:
             if self.backend is not None:
                 self.backend.confirm()
             self.version = epoch
-        elif self.backend is not None:
-            self.backend.rollback()
+        else:
+            self.rollback()
         self.pending = None
+
+    def rollback(self) -> None:
+        if self.backend is not None:
+            self.backend.rollback()
+            self.timers.invalidate()
 
 
 def _restore(backend, handles: list[dict], key_groups: range, storage, after_epoch: int | None = None) -> int:
@@ -404,6 +465,9 @@ class StageTask:
         self.exits = {}
         self.driver_buffers: dict[int, list] = {}
         self.broadcast_entry = None  # the broadcast-side input of a broadcast-process stage
+        self.ts_cell = [None]  # the event timestamp of the record being processed (None: none)
+        self.split_max: dict[str, dict[str, list]] = {}  # origin uid → {split: [max timestamp]} of this epoch
+        self.keyed_emit = None  # (instance, emit) of the stage's keyed operator, whose timers fire at the end
 
     # -- output rows ---------------------------------------------------------------------------
     def _row(self, exit_id, sub, ctl, payload):
@@ -429,15 +493,14 @@ class StageTask:
         def emitter_for(op):
             if op.index in emitters:
                 return emitters[op.index]
-            targets = [self._target(kind, ref, emitter_for) for kind, ref in op.outputs]
-            if not targets:
-                fn = _discard
-            elif len(targets) == 1:
-                fn = targets[0]
-            else:
-                def fn(value, _targets=tuple(targets)):
-                    for t in _targets:
-                        t(value)
+            main = [self._target(kind, ref, emitter_for) for kind, ref, tag in op.outputs if tag is None]
+            side: dict[str, list] = {}
+            for kind, ref, tag in op.outputs:
+                if tag is not None:
+                    side.setdefault(tag, []).append(self._target(kind, ref, emitter_for))
+            fn = _fan_out(main)
+            if op.kind in SIDE_OUTPUT_KINDS:
+                fn = _with_side_outputs(fn, {tag: _fan_out(targets) for tag, targets in side.items()})
             emitters[op.index] = fn
             return fn
 
@@ -454,22 +517,28 @@ class StageTask:
             return self.exits[exit_id].add
         spec = next(e for e in self.plan.exits if e.exit_id == exit_id)
         if spec.kind == "keyed":
-            ex = _KeyedExit(spec, self.plan.max_parallelism)
+            ex = _KeyedExit(spec, self.plan.max_parallelism, self.ts_cell)
         elif spec.kind == "rebalance":
-            ex = _RebalanceExit(spec, self.subtask)
+            ex = _RebalanceExit(spec, self.subtask, self.ts_cell)
         elif spec.kind == "broadcast":
-            ex = _BroadcastExit(spec)
+            ex = _BroadcastExit(spec, self.ts_cell)
         else:
             raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
         self.exits[exit_id] = ex
         return ex.add
+
+    def _watermark(self, op) -> int:
+        """The operator's watermark during this epoch: the one reached after the previous epoch."""
+        return event_time.watermark_of(self.ectx["time"]["state"], op.origins)
 
     def _processor(self, op, emitter_for):
         """A callable taking one record (entry of a keyed stage: record, key, key group)."""
         emit = emitter_for(op)
         kind = op.kind
         subtask = self.subtask
-        if kind == "source":
+        if op.watermark_strategy is not None:
+            return self._timestamp_assigner(op, emit)
+        if kind in ("source", "timestamps"):
             return emit
         if kind == "map":
             fn = self._plain_function(op)
@@ -512,7 +581,7 @@ class StageTask:
         if kind == "process":
             fn = self._plain_function(op)
             pe = fn.process_element
-            ctx = _CONTEXT
+            ctx = _Context(self.ts_cell, _Clock(self._watermark(op)))
 
             def process(value):
                 try:
@@ -531,7 +600,8 @@ class StageTask:
             inst = self._instance(op, keyed=True)
             backend = inst.backend
             pe = inst.function.process_element
-            ctx = inst.ctx
+            ctx = _KeyedContext(backend, self.ts_cell, inst.timers)
+            self._start_timers(inst, op, emit, _OnTimerContext(backend, self.ts_cell, inst.timers))
 
             def process(value, key, kg):
                 backend.current_key = key
@@ -556,6 +626,41 @@ class StageTask:
             return lambda value: append(_frozen(value))
         raise ValueError(f"unknown operator kind {kind}")
 
+    def _timestamp_assigner(self, op, emit):
+        """A watermark origin that assigns timestamps: sets each record's timestamp and tracks the
+        largest one of its split (the whole source in a source stage, else this subtask)."""
+        strategy = op.watermark_strategy
+        assigner = strategy.timestamp_assigner
+        extract = assigner.extract_timestamp if assigner is not None else None
+        split = str(self.subtask if op.split is None else op.split)
+        seen = self.split_max.setdefault(op.uid, {}).setdefault(split, [LONG_MIN])
+        cell = self.ts_cell
+        subtask = self.subtask
+
+        def process(value):
+            if extract is not None:
+                try:
+                    ts = extract(value, cell[0])
+                except Exception as exc:
+                    raise _fail(op, subtask, value, exc) from exc
+                if ts is not None:
+                    if isinstance(ts, bool) or not isinstance(ts, int):
+                        raise _fail(op, subtask, value, TypeError(
+                            f"extract_timestamp must return epoch milliseconds as int, got {ts!r}"))
+                cell[0] = ts
+            ts = cell[0]
+            if ts is not None and ts > seen[0]:
+                seen[0] = ts
+            emit(value)
+        return process
+
+    def _start_timers(self, inst, op, emit, timer_ctx) -> None:
+        """The keyed operator's clocks for this epoch; its due timers fire at the end (``_fire_timers``)."""
+        watermark = self._watermark(op)
+        inst.timers.watermark = watermark
+        inst.backend.current_watermark = watermark
+        self.keyed_emit = (inst, op, emit, timer_ctx)
+
     def _broadcast_processor(self, op, emit):
         """A (keyed) broadcast-process operator: returns the data-side processor and sets the
         broadcast-side one, which the stage's input feeds first (see ``_consume``)."""
@@ -564,10 +669,15 @@ class StageTask:
         fn = inst.function
         backend = inst.backend
         states = _BroadcastStates(op, inst.operator_state)
+        cell = self.ts_cell
         if keyed:
-            read_ctx, write_ctx = _KeyedBroadcastReadOnlyContext(states, backend), _KeyedBroadcastContext(states, backend)
+            timers = inst.timers
+            read_ctx = _KeyedBroadcastReadOnlyContext(states, cell, timers, backend)
+            write_ctx = _KeyedBroadcastContext(states, cell, timers, backend)
+            self._start_timers(inst, op, emit, _KeyedBroadcastOnTimerContext(states, cell, timers, backend))
         else:
-            read_ctx, write_ctx = _BroadcastReadOnlyContext(states), _BroadcastContext(states)
+            clock = _Clock(self._watermark(op))
+            read_ctx, write_ctx = _BroadcastReadOnlyContext(states, cell, clock), _BroadcastContext(states, cell, clock)
         pe = fn.process_element
         pbe = fn.process_broadcast_element
         subtask = self.subtask
@@ -636,6 +746,7 @@ class StageTask:
                 if (keyed and not inst.has_operator_state and inst.version is not None
                         and inst.version < committed and all(h["kind"] == "delta" for h in newer)):
                     self.restored_bytes += _restore(inst.backend, newer, key_groups, self.storage)
+                    inst.timers.invalidate()
                     inst.version = committed
                 else:
                     inst = None
@@ -676,8 +787,7 @@ class StageTask:
             yield from self._finish()
         except BaseException:
             for inst in self.instances:
-                if inst.backend is not None:
-                    inst.backend.rollback()
+                inst.rollback()
             raise
 
     def _consume(self, batches):
@@ -686,6 +796,15 @@ class StageTask:
         entry = self.entry
         single = entry[0] if len(entry) == 1 else None
         row_cls = _named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
+        cell = self.ts_cell
+        if len(entry) > 1 and any(op.watermark_strategy is not None for op in plan.ops):
+            # a source feeding several branches: a timestamp assigned on one branch must not leak into another
+            def reset_timestamp(e):
+                def run(r):
+                    cell[0] = None
+                    e(r)
+                return run
+            entry = [reset_timestamp(e) for e in entry]
         for batch in batches:
             if fmt == "chunks":
                 for payload in batch.column(0).to_pylist():
@@ -723,21 +842,28 @@ class StageTask:
                     if c is not None:
                         self.upstream.append(c)
                         continue
-                    chunk = serde.loads(payload)
-                    if len(chunk) == 2:  # (BROADCAST_CHUNK, records): the broadcast side, sorted first
-                        records = chunk[1]
-                        self.records_in += len(records)
-                        process_broadcast = self.broadcast_entry
-                        for r in records:
-                            process_broadcast(r)
-                        continue
-                    kgs, keys, records = chunk
+                    kgs, keys, records, stamps = serde.loads(payload)
                     self.records_in += len(records)
-                    if plan.keyed:
-                        for kg, key, r in zip(kgs, keys, records):
-                            single(r, key, kg)
+                    cell[0] = None
+                    if kgs == BROADCAST_CHUNK:  # the broadcast side, sorted first
+                        process_broadcast = self.broadcast_entry
+                        if stamps is None:
+                            for r in records:
+                                process_broadcast(r)
+                        else:
+                            for r, cell[0] in zip(records, stamps):
+                                process_broadcast(r)
+                    elif plan.keyed:
+                        if stamps is None:
+                            for kg, key, r in zip(kgs, keys, records):
+                                single(r, key, kg)
+                        else:
+                            for kg, key, r, cell[0] in zip(kgs, keys, records, stamps):
+                                single(r, key, kg)
                     else:
-                        for r in records:
+                        for i, r in enumerate(records):
+                            if stamps is not None:
+                                cell[0] = stamps[i]
                             for e in entry:
                                 e(r)
             if self._buffered() >= FLUSH_RECORDS:
@@ -753,7 +879,66 @@ class StageTask:
         for exit_id, ex in self.exits.items():
             ex.flush(exit_id, self._row)
 
+    def _fire_timers(self):
+        """Fire the keyed operator's timers that the new watermark (the one after this epoch, computed
+        from every upstream origin's report) or the wall clock has passed, in timestamp order."""
+        inst, op, emit, ctx = self.keyed_emit
+        timers = inst.timers
+        if not (inst.fires_timers or timers.active):
+            return
+        watermark = event_time.watermark_of(self._time_after_epoch(), op.origins)
+        timers.watermark = watermark
+        inst.backend.current_watermark = watermark
+        on_timer = inst.function.on_timer
+        cell = self.ts_cell
+        while True:
+            domain = TimeDomain.EVENT_TIME
+            ts = timers.pop_due(EVENT_TIME, watermark)
+            if ts is None:
+                domain = TimeDomain.PROCESSING_TIME
+                ts = timers.pop_due(PROCESSING_TIME, wall_clock_ms())
+                if ts is None:
+                    return
+            ctx.domain = domain
+            ctx.firing = ts
+            cell[0] = ts if domain is TimeDomain.EVENT_TIME else None
+            try:
+                outs = on_timer(ts, ctx)
+                if outs is not None:
+                    for out in outs:
+                        emit(out)
+            except Exception as exc:
+                if isinstance(exc, UserFunctionError):
+                    raise
+                raise _fail_in(op, self.subtask, f"on_timer({ts}) for key {inst.backend.current_key!r}", exc) from exc
+            if self._buffered() >= FLUSH_RECORDS:
+                self._flush_exits()
+
+    def _time_after_epoch(self) -> dict:
+        """The origins' time state after this epoch: what the driver will commit, computed from the
+        reports of every upstream task (each consumer task receives all of them)."""
+        reports = {}
+        seen = set()
+        stack = list(self.upstream)
+        while stack:
+            raw = stack.pop()
+            if raw in seen:
+                continue
+            seen.add(raw)
+            report = serde.loads(raw)
+            event_time.merge_reports(reports, report.get("splits", {}))
+            stack.extend(report["upstream"])
+        event_time.merge_reports(reports, self._split_report())
+        time_ctx = self.ectx["time"]
+        return event_time.advance(time_ctx["origins"], time_ctx["state"], reports, time_ctx["now"],
+                                  time_ctx["finished"])
+
+    def _split_report(self) -> dict:
+        return {uid: {split: m[0] for split, m in splits.items()} for uid, splits in self.split_max.items()}
+
     def _finish(self):
+        if self.keyed_emit is not None:
+            self._fire_timers()
         handles, tokens = self._snapshot_state()
         sinks = []
         for index, writer in self.sink_writers.items():
@@ -771,6 +956,9 @@ class StageTask:
             "restored_bytes": self.restored_bytes, "upstream": self.upstream,
             "states": {inst.op.uid: inst.backend.describe_states() for inst in self.instances
                        if inst.backend is not None},
+            "splits": self._split_report(),
+            "next_timer": min((t for t in (inst.timers.next_processing_time() for inst in self.instances
+                                           if inst.timers is not None) if t is not None), default=None),
         })
         downstream = [e for e in self.plan.exits if e.kind != "driver"]
         if downstream:
@@ -840,8 +1028,41 @@ class StageTask:
         return sum(h["bytes"] for h in deltas) >= base["bytes"]
 
 
+SIDE_OUTPUT_KINDS = ("process", "keyed_process", "broadcast_process", "keyed_broadcast_process")
+
+
 def _discard(value):
     pass
+
+
+def _fan_out(targets: list):
+    if not targets:
+        return _discard
+    if len(targets) == 1:
+        return targets[0]
+
+    def emit(value, _targets=tuple(targets)):
+        for t in _targets:
+            t(value)
+    return emit
+
+
+def _with_side_outputs(main, side: dict):
+    """A process function's ``yield tag, value`` goes to side output ``tag`` (dropped if nobody reads it)."""
+    def emit(value):
+        if type(value) is tuple and len(value) == 2 and isinstance(value[0], OutputTag):
+            side.get(value[0].tag_id, _discard)(value[1])
+        else:
+            main(value)
+    return emit
+
+
+def _stamps(stamps: list):
+    """A chunk's timestamps, or None when its records have none (the common case without event time)."""
+    for t in stamps:
+        if t is not None:
+            return stamps
+    return None
 
 
 _IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
@@ -859,13 +1080,15 @@ def _frozen(record):
 
 
 class _KeyedExit:
-    """Routes by key group: key group = hash(key) mod max parallelism, subtask = kg × p ÷ max p."""
+    """Routes by key group: key group = hash(key) mod max parallelism, subtask = kg × p ÷ max p.
+    A chunk is (key groups, keys, records, timestamps or None)."""
 
-    def __init__(self, spec, max_parallelism):
+    def __init__(self, spec, max_parallelism, cell):
         self.selector = spec.key_selector
         self.max_parallelism = max_parallelism
         self.parallelism = spec.consumer_parallelism
-        self.buffers = [([], [], []) for _ in range(self.parallelism)]
+        self.cell = cell
+        self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
 
     def add(self, record):
@@ -879,57 +1102,68 @@ class _KeyedExit:
         buf[0].append(kg)
         buf[1].append(key)
         buf[2].append(record)
+        buf[3].append(self.cell[0])
         self.buffered += 1
 
     def flush(self, exit_id, row):
-        for sub, buf in enumerate(self.buffers):
-            if buf[2]:
-                row(exit_id, sub, None, serde.dumps(buf))
-        self.buffers = [([], [], []) for _ in range(self.parallelism)]
+        for sub, (kgs, keys, records, stamps) in enumerate(self.buffers):
+            if records:
+                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps))))
+        self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
 
 
 class _BroadcastExit:
     """Every record to every consumer subtask: one pickled chunk, sent once per subtask."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, cell):
         self.parallelism = spec.consumer_parallelism
+        self.cell = cell
         self.records = []
+        self.stamps = []
         self.buffered = 0
 
     def add(self, record):
         self.records.append(_frozen(record))
+        self.stamps.append(self.cell[0])
         self.buffered += 1
 
     def flush(self, exit_id, row):
         if not self.records:
             return
-        payload = serde.dumps((BROADCAST_CHUNK, self.records))
+        payload = serde.dumps((BROADCAST_CHUNK, None, self.records, _stamps(self.stamps)))
         for sub in range(self.parallelism):
             row(exit_id, sub, None, payload)
         self.records = []
+        self.stamps = []
         self.buffered = 0
 
 
 class _RebalanceExit:
-    def __init__(self, spec, subtask):
+    def __init__(self, spec, subtask, cell):
         self.parallelism = spec.consumer_parallelism
         self.next = subtask % self.parallelism
+        self.cell = cell
         self.records = []
+        self.stamps = []
         self.buffered = 0
 
     def add(self, record):
         self.records.append(_frozen(record))
+        self.stamps.append(self.cell[0])
         self.buffered += 1
 
     def flush(self, exit_id, row):
         if not self.records:
             return
         n = self.parallelism
+        stamps = _stamps(self.stamps)
         for i in range(n):
             part = self.records[i::n]
             if part:
-                row(exit_id, (self.next + i) % n, None, serde.dumps((None, None, part)))
+                row(exit_id, (self.next + i) % n, None,
+                    serde.dumps((None, None, part, stamps[i::n] if stamps is not None else None)))
         self.next = (self.next + len(self.records)) % n
         self.records = []
+        self.stamps = []
         self.buffered = 0

@@ -9,6 +9,7 @@ undoes them when another attempt's output was committed instead (invariant 1).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import ItemsView, Mapping
 
 from keyspan.state.api import StateDescriptor
 from keyspan.state import serde
@@ -89,6 +90,17 @@ class KeyedStateBackend(ABC):
             self.__class__ = hooked
             self.__dict__["current_key"] = key
 
+    def keys_of(self, name: str):
+        """(key group, key) of every key that has a value in state ``name``."""
+        for kg, section in sorted(self.all_sections().items()):
+            if name in section:
+                for key in list(section[name][0]):
+                    yield kg, key
+
+    def restored_state_names(self):
+        """Names of states that hold values, registered or only restored so far."""
+        return self._descriptors.keys()
+
     def describe_states(self) -> list[dict]:
         return [d.describe() for d in self._descriptors.values()]
 
@@ -113,10 +125,15 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def rollback(self) -> None: ...
 
-    def delta_sections(self) -> dict[int, bytes]:
+    def delta_sections(self) -> Mapping[int, bytes]:
+        """Key group → encoded delta section. The heap backend's is a dict; RocksDB's is a
+        ``LazySections`` that encodes one key group at a time as it is read."""
         return self._encode(self.changed_sections())
 
-    def full_sections(self) -> dict[int, bytes]:
+    def full_sections(self) -> Mapping[int, bytes]:
+        """Key group → encoded full section, as ``delta_sections``: the heap backend's is a dict
+        (its state is in memory anyway), RocksDB's a ``LazySections`` over a point-in-time view, so
+        ``statefile.write`` streams it to the checkpoint file one key group at a time."""
         return self._encode(self.all_sections())
 
     def _encode(self, sections: dict[int, dict]) -> dict[int, bytes]:
@@ -126,3 +143,64 @@ class KeyedStateBackend(ABC):
 
     def restore_payload(self, key_group: int, payload: bytes) -> None:
         self.apply_section(key_group, serde.loads(payload))
+
+
+class LazySections(Mapping):
+    """Key group → encoded section payload, built one key group at a time when it is read.
+
+    ``produce(kg)`` returns the decoded section of one key group (empty or None: the key group
+    is left out); ``groups`` are the key groups that may have one, in ascending order. Iterating
+    ``items()`` (what ``statefile.write`` does) builds and encodes each key group once, in order,
+    and keeps none of them, so peak memory is about one key group's section, whatever the total.
+    It is a read-only mapping, so code that treats sections as a dict keeps working (``len``,
+    ``in``, ``[kg]``, ``set(...)``, ``dict(...)``), each such access scanning again. ``produce`` must
+    read a point-in-time view (RocksDB: one iterator opened when the mapping was made) for the
+    mapping to be a snapshot. ``nonempty(kg)``, when given, answers ``bool(produce(kg))`` cheaply."""
+
+    def __init__(self, groups, produce, encode, nonempty=None):
+        self._groups = tuple(groups)
+        self._produce = produce
+        self._encode_one = encode
+        self._nonempty = nonempty
+
+    def _has(self, kg: int) -> bool:
+        if self._nonempty is not None:
+            return self._nonempty(kg)
+        return bool(self._produce(kg))
+
+    def __iter__(self):
+        for kg in self._groups:
+            if self._has(kg):
+                yield kg
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return any(True for _ in self)
+
+    def __contains__(self, kg) -> bool:
+        return kg in self._groups and self._has(kg)
+
+    def __getitem__(self, kg) -> bytes:
+        if kg not in self._groups:
+            raise KeyError(kg)
+        section = self._produce(kg)
+        if not section:
+            raise KeyError(kg)
+        return self._encode_one(kg, section)
+
+    def items(self):
+        return _LazyItems(self)
+
+    def __repr__(self) -> str:
+        return f"LazySections({len(self._groups)} candidate key groups)"
+
+
+class _LazyItems(ItemsView):
+    def __iter__(self):
+        m = self._mapping
+        for kg in m._groups:
+            section = m._produce(kg)
+            if section:
+                yield kg, m._encode_one(kg, section)

@@ -746,6 +746,16 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def has_pending(self) -> bool:
         return any(t.undo or t.forced for t in self._tables.values())
 
+    def keys_of(self, name: str):
+        table = self._tables.get(name)
+        if table is not None:
+            for i, group in enumerate(table.groups):
+                for key in list(group):
+                    yield table.start + i, key
+
+    def restored_state_names(self):
+        return self._tables.keys()
+
     def key_count(self) -> int:
         return sum(len(g) for t in self._tables.values() for g in t.groups)
 

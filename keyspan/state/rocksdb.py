@@ -35,6 +35,7 @@ left by dead processes of the same host.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import pickle
 import re
@@ -54,7 +55,7 @@ from keyspan.state.api import (
     StateDescriptor,
     ValueState,
 )
-from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
+from keyspan.state.backend import KeyedStateBackend, LazySections, StateBackendSpec
 from keyspan.state.ttl import LONG_MAX, TtlPolicy, TtlValue, stamp, unstamp
 
 _U16 = struct.Struct(">H")
@@ -94,6 +95,53 @@ def _successor(prefix: bytes) -> bytes:
         raise ValueError("no successor for an all-0xFF prefix")
     p[-1] += 1
     return bytes(p)
+
+
+class _View:
+    """A point-in-time view of a backend's RocksDB: one iterator, opened at construction, that every
+    read seeks. A RocksDB iterator reads the database as of its creation (an implicit snapshot), so
+    writes made after it — the next epoch's — are invisible to it, while the memtables and files it
+    needs stay pinned until it is dropped. (rocksdict 0.3.29's ``Snapshot`` iterators ignore the
+    snapshot, hence this.) Reads bypass the block cache (``fill_cache(False)``): a full scan must
+    not evict the working set. Reads are sequential: a ``scan`` generator is consumed before the
+    next read."""
+
+    __slots__ = ("_ro", "_it")
+
+    def __init__(self, backend):
+        ro = backend._rd.ReadOptions()
+        ro.fill_cache(False)
+        self._ro = ro  # outlives the iterator
+        self._it = backend._db.iter(ro)
+
+    def scan(self, lower: bytes, upper: bytes):
+        """(key, value) pairs with lower <= key < upper, in key order."""
+        it = self._it
+        it.seek(lower)
+        valid, key, value, advance = it.valid, it.key, it.value, it.next
+        while valid():
+            k = key()
+            if k >= upper:
+                return
+            yield k, value()
+            advance()
+
+    def first(self, lower: bytes, upper: bytes):
+        """The first key in [lower, upper), or None."""
+        it = self._it
+        it.seek(lower)
+        if it.valid():
+            k = it.key()
+            if k < upper:
+                return k
+        return None
+
+    def get(self, k: bytes):
+        it = self._it
+        it.seek(k)
+        if it.valid() and it.key() == k:
+            return it.value()
+        return None
 
 
 def _decode(raw: bytes):
@@ -692,7 +740,8 @@ _TTL_CLASSES = {
 class RocksDBKeyedStateBackend(KeyedStateBackend):
     """One operator's keyed state for one key-group range, in a RocksDB instance at ``path``."""
 
-    def __init__(self, operator: str, key_groups: range, path: str):
+    def __init__(self, operator: str, key_groups: range, path: str,
+                 memory: "RocksDBMemoryConfiguration | None" = None):
         super().__init__(operator, key_groups)
         if key_groups.stop > 0xFFFF:
             raise ValueError(f"key groups {key_groups} do not fit the 2-byte key-group prefix")
@@ -703,6 +752,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         os.makedirs(path, exist_ok=True)
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
+        _bound_memory(rocksdict, options, memory or RocksDBMemoryConfiguration())
         self._db = rocksdict.Rdict(path, options)
         write_options = rocksdict.WriteOptions()
         write_options.disable_wal = True  # scratch state: checkpoints are the durable copy
@@ -925,101 +975,161 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if dirty:
             self._db.write(wb)
 
-    def _full_snapshot_horizons(self) -> dict:
-        """State id → TTL horizon, for the states whose expired values full snapshots leave out."""
-        horizons = {}
-        for meta in self._metas.values():
-            policy = meta.ttl
-            if policy is not None and policy.full_snapshot:
-                horizons[meta.sid] = policy.horizon(policy.now(self))
-        return horizons
-
     # -- sections ---------------------------------------------------------------------------------
-    def changed_sections(self):
-        sections: dict[int, dict] = {}
+    def _names(self) -> dict[bytes, tuple]:
+        """State id → (name, is_map, kind) as of now: what a section built later must use."""
+        return {sid: (m.name, m.is_map, m.kind) for sid, m in self._by_sid.items()}
 
-        def entry(kg: int, name: str):
-            section = sections.get(kg)
-            if section is None:
-                section = sections[kg] = {}
+    def _touched(self) -> dict[int, tuple[list, list]]:
+        """Key group → (touched non-map RocksDB keys, touched map prefixes) of the open epoch, in key order."""
+        groups: dict[int, tuple[list, list]] = {}
+        keys = self._undo.keys() if not self._forced else {**self._undo, **self._forced}.keys()
+        for k in sorted(keys):
+            g = groups.get(_U16.unpack_from(k)[0])
+            if g is None:
+                g = groups[_U16.unpack_from(k)[0]] = ([], [])
+            g[0].append(k)
+        maps = self._touched_maps.keys() if not self._forced_maps else {**self._touched_maps,
+                                                                         **self._forced_maps}.keys()
+        for prefix in sorted(maps):
+            g = groups.get(_U16.unpack_from(prefix)[0])
+            if g is None:
+                g = groups[_U16.unpack_from(prefix)[0]] = ([], [])
+            g[1].append(prefix)
+        return dict(sorted(groups.items()))
+
+    @staticmethod
+    def _delta_section(keys, prefixes, raws, scan, names) -> dict:
+        """One key group's delta: a put per present key, a delete per absent one; a touched map is
+        put whole (read with ``scan``) or deleted when it has no entries left."""
+        section: dict[str, tuple] = {}
+
+        def entry(sid):
+            name = names[sid][0]
             e = section.get(name)
             if e is None:
                 e = section[name] = ({}, [])
             return e
 
-        keys = list(self._undo) if not self._forced else list(dict.fromkeys([*self._undo, *self._forced]))
-        if keys:
-            for k, raw in zip(keys, self._db.get(keys)):
-                puts, deletes = entry(_U16.unpack_from(k)[0], self._by_sid[k[2:4]].name)
-                if raw is None:
-                    deletes.append(decode_key(k[4:]))
-                else:
-                    puts[decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
-        maps = self._touched_maps if not self._forced_maps else dict.fromkeys([*self._touched_maps,
-                                                                              *self._forced_maps])
-        for prefix in maps:
-            puts, deletes = entry(_U16.unpack_from(prefix)[0], self._by_sid[prefix[2:4]].name)
+        for k, raw in zip(keys, raws):
+            puts, deletes = entry(k[2:4])
+            if raw is None:
+                deletes.append(decode_key(k[4:]))
+            else:
+                puts[decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
+        for prefix in prefixes:
+            puts, deletes = entry(prefix[2:4])
             ukey = decode_key(prefix[8:])
             n = len(prefix)
             m = {decode_key(k[n:]): pickle.loads(v) if v[0] != _TTL_TAG else _decode(v)
-                 for k, v in self._scan(prefix, _successor(prefix))}
+                 for k, v in scan(prefix, _successor(prefix))}
             if m:
                 puts[ukey] = m
             else:
                 deletes.append(ukey)
-        return sections
+        return section
 
-    def _iter_group_sections(self):
-        """(key group, section) for every non-empty key group, in order: one pass over the range.
-        Expired values of states with TTL cleanup in full snapshots are left out."""
-        horizons = self._full_snapshot_horizons()
-        kg = None
-        section = None
+    def changed_sections(self):
+        names = self._names()
+        return {kg: self._delta_section(keys, prefixes, self._db.get(keys) if keys else [], self._scan, names)
+                for kg, (keys, prefixes) in self._touched().items()}
+
+    def delta_sections(self) -> LazySections:
+        """The open epoch's changes, encoded one key group at a time as the checkpoint file is
+        written: key groups and keys are fixed now and the values are read from a view of now, so
+        memory is one key group's delta, not the epoch's."""
+        touched = self._touched()
+        view = _View(self)
+        names = self._names()
+
+        def produce(kg):
+            keys, prefixes = touched[kg]
+            return self._delta_section(keys, prefixes, [view.get(k) for k in keys], view.scan, names)
+
+        # every touched key is a put or a delete: a touched key group always has a section
+        return LazySections(touched, produce, self._encode_section, nonempty=touched.__contains__)
+
+    def _encode_section(self, kg: int, section: dict) -> bytes:
+        return serde.dumps_state(section, operator=self.operator, key_group=kg)
+
+    @staticmethod
+    def _group_section(entries, names, horizons) -> dict:
+        """One key group's full section from its (RocksDB key, bytes) entries in key order. Expired
+        values of states with TTL cleanup in full snapshots (``horizons``: state id → horizon) are
+        left out."""
+        section: dict[str, tuple] = {}
         last_prefix = None
         current_map = None
-        for k, raw in self._scan(self._lower, self._upper):
+        for k, raw in entries:
             sid = k[2:4]
-            meta = self._by_sid[sid]
-            g = (k[0] << 8) | k[1]
-            if g != kg:
-                if section:
-                    yield kg, section
-                kg, section = g, {}
-                last_prefix = None
+            name, is_map, kind = names[sid]
             if horizons and sid in horizons:
-                horizon = horizons[sid]
-                if meta.kind == "list":
-                    value = meta.ttl.unexpired_or_none(pickle.loads(raw), horizon)
+                horizon, policy = horizons[sid]
+                if kind == "list":
+                    value = policy.unexpired_or_none(pickle.loads(raw), horizon)
                     if value is None:
                         continue
-                elif raw[0] == _TTL_TAG and _I64.unpack_from(raw, 1)[0] <= horizon:
+                    e = section.get(name)
+                    if e is None:
+                        e = section[name] = ({}, [])
+                    e[0][decode_key(k[4:])] = value
                     continue
-            e = section.get(meta.name)
+                if raw[0] == _TTL_TAG and _I64.unpack_from(raw, 1)[0] <= horizon:
+                    continue
+            e = section.get(name)
             if e is None:
-                e = section[meta.name] = ({}, [])
-            if meta.is_map:
+                e = section[name] = ({}, [])
+            if is_map:
                 end = 8 + _U32.unpack_from(k, 4)[0]
                 prefix = k[:end]
                 if prefix != last_prefix:
                     last_prefix = prefix
                     current_map = e[0][decode_key(k[8:end])] = {}
                 current_map[decode_key(k[end:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
-            elif horizons and sid in horizons and meta.kind == "list":
-                e[0][decode_key(k[4:])] = value
             else:
                 e[0][decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
-        if section:
-            yield kg, section
+        return section
+
+    def _full_snapshot_horizons(self) -> dict:
+        """State id → (TTL horizon, policy), for the states whose expired values full snapshots leave out."""
+        horizons = {}
+        for meta in self._metas.values():
+            policy = meta.ttl
+            if policy is not None and policy.full_snapshot:
+                horizons[meta.sid] = (policy.horizon(policy.now(self)), policy)
+        return horizons
 
     def all_sections(self):
-        return dict(self._iter_group_sections())
+        """Key group → decoded full section, in one pass (a dict: for tests, tools and restores
+        in memory; checkpoints use ``full_sections``)."""
+        names = self._names()
+        horizons = self._full_snapshot_horizons()
+        sections = {}
+        for kgb, entries in itertools.groupby(self._scan(self._lower, self._upper), key=lambda e: e[0][:2]):
+            section = self._group_section(entries, names, horizons)
+            if section:
+                sections[_U16.unpack(kgb)[0]] = section
+        return sections
 
-    def full_sections(self) -> dict[int, bytes]:
-        # one key group decoded at a time: peak memory is the encoded snapshot plus one key group
-        return {
-            kg: serde.dumps_state(section, operator=self.operator, key_group=kg)
-            for kg, section in self._iter_group_sections()
-        }
+    def full_sections(self) -> LazySections:
+        """A full snapshot as of now, built and encoded one key group at a time (a range scan of the
+        key group's prefix in a view opened now) as the checkpoint file is written: peak memory is
+        about one key group's section, not the subtask's state."""
+        view = _View(self)
+        names = self._names()
+        horizons = self._full_snapshot_horizons()
+
+        def bounds(kg):
+            return _U16.pack(kg), _U16.pack(kg + 1)
+
+        def produce(kg):
+            return self._group_section(view.scan(*bounds(kg)), names, horizons)
+
+        def nonempty(kg):
+            return view.first(*bounds(kg)) is not None
+
+        return LazySections(self.key_groups, produce, self._encode_section,
+                            nonempty=None if horizons else nonempty)
 
     def apply_section(self, key_group: int, section: dict) -> None:
         """Restore a section. A registered state gets its values in its own form (plain values
@@ -1125,12 +1235,119 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     dispose = close
 
 
+_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mebibytes": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
+          "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40}
+
+
+def parse_memory_size(size) -> int:
+    """Bytes from an int or a Flink ``MemorySize`` string ("64mb", "64 m", "1g", "512kb"; powers of 1024)."""
+    if isinstance(size, bool):
+        raise TypeError("a memory size is a number of bytes or a string such as '64mb'")
+    if isinstance(size, int):
+        n = size
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(size))
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"cannot parse memory size {size!r} (examples: 64mb, 1g, 512kb, 1048576)")
+        n = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    if n <= 0:
+        raise ValueError(f"memory size must be positive, got {size!r}")
+    return n
+
+
+class RocksDBMemoryConfiguration:
+    """How much memory RocksDB may use in one Python worker (Flink's ``RocksDBMemoryConfiguration``,
+    from ``EmbeddedRocksDBStateBackend.get_memory_configuration()``; Flink's options
+    ``state.backend.rocksdb.memory.fixed-per-slot`` and ``...memory.write-buffer-ratio``).
+
+    A Spark Python worker runs one task at a time, so it is keyspan's "slot": every RocksDB instance
+    the worker opens (one per operator and key-group range, kept across epochs) shares one LRU block
+    cache and one write-buffer manager that charges memtables to that cache, sized as Flink sizes
+    them from ``fixed_memory_per_slot`` M and ``write_buffer_ratio`` r: cache capacity M·(3−r)/3,
+    memtable budget 2·M·r/3, each instance's write buffer at most half of that; index and filter
+    blocks live in the cache. So RocksDB's own memory (block cache + memtables) stays about M per
+    worker however large the state and however many instances (RocksDB iterators, compactions and
+    the allocator's slack come on top; the cache limit is not strict). Default: 128 MiB, ratio 0.5.
+    """
+
+    DEFAULT_FIXED_MEMORY_PER_SLOT = 128 << 20
+    DEFAULT_WRITE_BUFFER_RATIO = 0.5
+
+    def __init__(self):
+        self._fixed = self.DEFAULT_FIXED_MEMORY_PER_SLOT
+        self._ratio = self.DEFAULT_WRITE_BUFFER_RATIO
+
+    def set_fixed_memory_per_slot(self, size) -> None:
+        """Bytes (an int) or a size string ("64mb", "1g") for all RocksDB instances of one worker."""
+        self._fixed = parse_memory_size(size)
+
+    def get_fixed_memory_per_slot(self) -> int:
+        return self._fixed
+
+    def set_write_buffer_ratio(self, ratio: float) -> None:
+        """The share of the memory for memtables (write buffers), strictly between 0 and 1."""
+        ratio = float(ratio)
+        if not 0 < ratio < 1:
+            raise ValueError(f"write buffer ratio must be in (0, 1), got {ratio}")
+        self._ratio = ratio
+
+    def get_write_buffer_ratio(self) -> float:
+        return self._ratio
+
+    def sizes(self) -> tuple[int, int, int]:
+        """(block cache capacity, memtable budget, write buffer size per instance) in bytes."""
+        m, r = self._fixed, self._ratio
+        cache = int(m * (3 - r) / 3)
+        memtables = max(1 << 20, int(2 * m * r / 3))
+        return cache, memtables, max(256 << 10, min(64 << 20, memtables // 2))
+
+    def _key(self) -> tuple:
+        return (self._fixed, self._ratio)
+
+    def __repr__(self):
+        return (f"RocksDBMemoryConfiguration(fixed_memory_per_slot={self._fixed}, "
+                f"write_buffer_ratio={self._ratio})")
+
+
+_SHARED_MEMORY: dict[tuple, tuple] = {}  # per process: configuration → (cache, write buffer manager)
+
+
+def _bound_memory(rocksdict, options, memory: RocksDBMemoryConfiguration) -> None:
+    """Give ``options`` the process's shared block cache and write-buffer manager for ``memory``."""
+    cache_bytes, memtable_bytes, write_buffer = memory.sizes()
+    shared = _SHARED_MEMORY.get(memory._key())
+    if shared is None:
+        cache = rocksdict.Cache(cache_bytes)
+        manager = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(memtable_bytes, False, cache)
+        shared = _SHARED_MEMORY[memory._key()] = (cache, manager)
+    cache, manager = shared
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    options.set_block_based_table_factory(table)
+    options.set_write_buffer_manager(manager)
+    options.set_write_buffer_size(write_buffer)
+    options.set_max_write_buffer_number(2)
+
+
 class EmbeddedRocksDBStateBackend(StateBackendSpec):
     """PyFlink's ``EmbeddedRocksDBStateBackend``: keyed state in an embedded RocksDB per subtask and
     operator, on the worker's local disk, so state may exceed the Python worker's memory.
 
     keyspan checkpoints are always incremental (each epoch writes only its changes, with a full
     snapshot now and then), so ``enable_incremental_checkpointing`` is recorded but changes nothing.
+
+    Memory. RocksDB's block cache and memtables are bounded per Python worker by
+    ``get_memory_configuration()`` (``set_fixed_memory_per_slot``, default 128 MiB;
+    ``set_write_buffer_ratio``, default 0.5; see ``RocksDBMemoryConfiguration``). Checkpoints
+    (full snapshots and deltas) are built and written one key group at a time and restores read one
+    key group (or a few small ones) at a time, so the worker's memory does not grow with the state:
+    a job whose state is 10× the memory its workers may use runs to completion
+    (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). What still grows with an epoch is the
+    undo log (the previous bytes of the entries the epoch overwrote) — bound it with
+    ``set_max_records_per_epoch`` when values are large.
     """
 
     name = "rocksdb"
@@ -1139,6 +1356,14 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
         self._incremental = enable_incremental_checkpointing
         self._db_storage_paths: list[str] | None = None
         self._transfer_threads = 1
+        self._memory = RocksDBMemoryConfiguration()
+
+    def get_memory_configuration(self) -> RocksDBMemoryConfiguration:
+        """RocksDB's memory budget per Python worker (Flink's ``getMemoryConfiguration()``), e.g.
+        ``backend.get_memory_configuration().set_fixed_memory_per_slot("64mb")``."""
+        if getattr(self, "_memory", None) is None:  # a backend pickled before this existed
+            self._memory = RocksDBMemoryConfiguration()
+        return self._memory
 
     def is_incremental_checkpoints_enabled(self) -> bool:
         return bool(self._incremental)
@@ -1168,7 +1393,8 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
         root = local_dir if local_dir is not None else self._root(operator, key_groups)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", operator)[:100]
         name = f"{safe}-{key_groups.start}-{key_groups.stop}-{uuid.uuid4().hex[:12]}"
-        return RocksDBKeyedStateBackend(operator, key_groups, os.path.join(_prepare_pid_dir(root), name))
+        return RocksDBKeyedStateBackend(operator, key_groups, os.path.join(_prepare_pid_dir(root), name),
+                                        self.get_memory_configuration())
 
     def __repr__(self):
         return f"EmbeddedRocksDBStateBackend(enable_incremental_checkpointing={self._incremental!r})"

@@ -1,0 +1,133 @@
+"""Timers of a keyed operator: keyed state, so they are checkpointed, restored and rescaled with their
+key group like any other state.
+
+Each key's pending timers live in the internal map state ``__ks_timers`` ({(domain, timestamp): True}),
+which de-duplicates per (key, domain, timestamp). A priority queue per domain orders them for firing;
+it lives only in the worker and is rebuilt from the state whenever the state was restored or rolled
+back, so it can never disagree with what a checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+
+from keyspan.runtime.event_time import LONG_MIN
+from keyspan.state.api import MapStateDescriptor
+
+TIMER_STATE = "__ks_timers"
+EVENT_TIME = 0
+PROCESSING_TIME = 1
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TimerService:
+    """PyFlink's ``TimerService`` for one keyed operator instance (``ctx.timer_service()``)."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._state = None
+        self._queues: tuple[list, list] | None = None
+        self._seq = itertools.count()
+        self.watermark = LONG_MIN
+
+    # -- the user's view --------------------------------------------------------------------------
+    def current_processing_time(self) -> int:
+        return wall_clock_ms()
+
+    def current_watermark(self) -> int:
+        return self.watermark
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._register(EVENT_TIME, timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._register(PROCESSING_TIME, timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._delete(EVENT_TIME, timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._delete(PROCESSING_TIME, timestamp)
+
+    # -- the runtime's view -------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """Whether this instance has used timers (or restored some), so firing must look at them."""
+        return self._state is not None or TIMER_STATE in self._backend.restored_state_names()
+
+    def invalidate(self) -> None:
+        """The state changed under the queues (restore, rollback): rebuild them before next use."""
+        self._queues = None
+
+    def pop_due(self, domain: int, limit: int):
+        """The next timer of ``domain`` with timestamp <= ``limit``, removed from state, with the
+        backend's current key set to its key; or None."""
+        queue = self._ensure_queues()[domain]
+        b = self._backend
+        state = self._timer_state()
+        while queue and queue[0][0] <= limit:
+            timestamp, _, kg, key = heapq.heappop(queue)
+            b.current_key_group = kg
+            b.current_key = key
+            entry = (domain, timestamp)
+            if state.contains(entry):  # else deleted, or fired already (a stale queue entry)
+                state.remove(entry)
+                return timestamp
+        return None
+
+    def next_processing_time(self) -> int | None:
+        if not self.active:
+            return None
+        queue = self._ensure_queues()[PROCESSING_TIME]
+        return queue[0][0] if queue else None
+
+    # -- internals -------------------------------------------------------------------------------
+    def _timer_state(self):
+        if self._state is None:
+            self._state = self._backend.get_state(MapStateDescriptor(TIMER_STATE))
+        return self._state
+
+    def _register(self, domain: int, timestamp) -> None:
+        timestamp = _check_timestamp(timestamp)
+        state = self._timer_state()
+        entry = (domain, timestamp)
+        if state.contains(entry):
+            return
+        state.put(entry, True)
+        if self._queues is not None:
+            b = self._backend
+            heapq.heappush(self._queues[domain], (timestamp, next(self._seq), b.current_key_group, b.current_key))
+
+    def _delete(self, domain: int, timestamp) -> None:
+        timestamp = _check_timestamp(timestamp)
+        state = self._timer_state()
+        if state.contains((domain, timestamp)):
+            state.remove((domain, timestamp))
+
+    def _ensure_queues(self) -> tuple[list, list]:
+        if self._queues is None:
+            queues: tuple[list, list] = ([], [])
+            b = self._backend
+            state = self._timer_state()
+            saved = b.current_key, b.current_key_group
+            for kg, key in list(b.keys_of(TIMER_STATE)):
+                b.current_key_group = kg
+                b.current_key = key
+                for domain, timestamp in state.keys():
+                    queues[domain].append((timestamp, next(self._seq), kg, key))
+            b.current_key, b.current_key_group = saved
+            heapq.heapify(queues[0])
+            heapq.heapify(queues[1])
+            self._queues = queues
+        return self._queues
+
+
+def _check_timestamp(timestamp) -> int:
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+        raise TypeError(f"a timer timestamp must be epoch milliseconds (int), got {timestamp!r}")
+    return int(timestamp)
