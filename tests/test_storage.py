@@ -399,3 +399,105 @@ def test_local_storage_retries_too(tmp_path, monkeypatch):
     st.write("a/b", b"data")
     assert len(failures) == 2 and st.read("a/b") == b"data"
     assert not [p for p in (tmp_path / "ckpts" / "a").iterdir() if ".tmp-" in p.name]
+
+
+# -- (f) streamed writes and chunked reads: a state file is never held whole ------------------------
+def _pieces(n: int, size: int, fail_after: int | None = None):
+    for i in range(n):
+        if fail_after is not None and i == fail_after:
+            raise ConnectionResetError("the source went away mid-stream")
+        yield bytes([i % 251]) * size
+
+
+def test_streamed_write_is_atomic_on_local_storage(tmp_path, monkeypatch):
+    monkeypatch.setattr("keyspan.checkpoint.storage.STREAM_CHUNK", 10_000)
+    st = Storage(str(tmp_path / "ckpts"), attempts=3, backoff=0.0)
+    expected = b"".join(_pieces(40, 1000))
+    st.write_stream("a/small", _pieces(3, 1000))  # under the chunk: one plain write
+    assert st.read("a/small") == b"".join(_pieces(3, 1000))
+    st.write_stream("a/big", _pieces(40, 1000))
+    assert st.read("a/big") == expected
+    assert b"".join(st.iter_read("a/big", 7_000)) == expected
+    assert [len(p) for p in st.iter_read("a/big", 15_000)] == [15_000, 15_000, 10_000]
+
+    # a stream that fails midway leaves no file and no temporary file, and (not replayable) is tried once
+    with pytest.raises(StorageError, match="failed after 1 attempt"):
+        st.write_stream("a/broken", _pieces(40, 1000, fail_after=20))
+    # replayable: tried again with the pieces afresh
+    attempts = []
+
+    def replay():
+        attempts.append(1)
+        return _pieces(40, 1000)
+
+    st.write_stream("a/retried", _pieces(40, 1000, fail_after=30), replay=replay)
+    assert attempts == [1] and st.read("a/retried") == expected
+    # over an existing file, a failed stream keeps the old one whole
+    with pytest.raises(StorageError):
+        st.write_stream("a/big", _pieces(40, 1000, fail_after=39))
+    assert st.read("a/big") == expected
+    assert sorted(p.name for p in (tmp_path / "ckpts" / "a").iterdir()) == ["big", "retried", "small"]
+
+
+def test_statefile_streams_sections_and_reads_them_in_bounded_pieces(tmp_path, monkeypatch):
+    monkeypatch.setattr("keyspan.checkpoint.storage.STREAM_CHUNK", 10_000)
+    st = Storage(str(tmp_path))
+    sections = {kg: bytes([kg]) * (1000 + 37 * kg) for kg in range(64)}
+    produced = []
+
+    def pairs():  # an iterable of (key group, payload), one at a time
+        for kg in sorted(sections):
+            produced.append(kg)
+            yield kg, sections[kg]
+
+    h = statefile.write(st, "f.full", pairs())
+    assert h == statefile.write(st, "g.full", sections) | {"path": "f.full"}  # same bytes as from a dict
+    assert produced == sorted(sections)
+    statefile.verify(st, "f.full", h["sha256"])
+    reads = []
+    real_read = Storage.read
+
+    def counting_read(self, rel, offset=0, length=None):
+        reads.append(length)
+        return real_read(self, rel, offset, length)
+
+    monkeypatch.setattr(Storage, "read", counting_read)
+    stats = statefile.ReadStats()
+    got = dict(statefile.read_key_groups(st, "f.full", range(8, 40), stats, chunk=12_000))
+    assert got == {kg: sections[kg] for kg in range(8, 40)}
+    span_reads = reads[2:]  # after tail and footer
+    assert len(span_reads) > 1 and max(span_reads) <= max(12_000, max(map(len, sections.values())))
+    assert sum(span_reads) == sum(len(sections[kg]) for kg in range(8, 40))
+    assert stats.bytes_read == sum(reads)
+    monkeypatch.setattr(Storage, "read", real_read)
+    with pytest.raises(ValueError, match="ascending key-group order"):
+        statefile.write(st, "h.full", [(3, b"x"), (2, b"y")])
+    assert not st.exists("h.full")
+
+
+def test_streamed_write_on_s3_is_a_multipart_upload_published_whole(s3, s3_calls, monkeypatch):
+    part = 5 * 2**20  # S3's smallest multipart part
+    monkeypatch.setattr("keyspan.checkpoint.storage.STREAM_CHUNK", part)
+    p = _prefix()
+    st = Storage(f"s3://{s3.bucket}/{p}")
+    calls = s3_calls(st)
+    sections = {kg: bytes([kg]) * (2**20 + kg) for kg in range(12)}  # ~12 MB: over two parts
+    h = statefile.write(st, "state/op/e1.full", sections)
+    methods = [m for m, _ in calls]
+    assert "create_multipart_upload" in methods and "complete_multipart_upload" in methods
+    assert "put_object" not in methods
+    assert _keys(s3, p) == [f"{p}/state/op/e1.full"] and st.size("state/op/e1.full") == h["bytes"]
+    statefile.verify(st, "state/op/e1.full", h["sha256"])
+    assert dict(statefile.read_key_groups(st, "state/op/e1.full", range(3, 7))) == {
+        kg: sections[kg] for kg in range(3, 7)}
+
+    # a stream that fails before it is complete publishes nothing
+    del calls[:]
+    with pytest.raises(ConnectionResetError):
+        st.write_stream("state/op/e2.full", _pieces(20, 2**20, fail_after=12))
+    assert _keys(s3, p) == [f"{p}/state/op/e1.full"] and not calls
+
+    # a savepoint-style copy to another prefix goes piece by piece too
+    other = Storage(f"s3://{s3.bucket}/{p}-copy")
+    st.copy_file("state/op/e1.full", other, "sp/e1.full")
+    statefile.verify(other, "sp/e1.full", h["sha256"])

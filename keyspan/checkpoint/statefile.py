@@ -22,27 +22,60 @@ class CorruptStateFile(IOError):
     pass
 
 
-def encode(sections: dict[int, bytes], meta: dict | None = None) -> bytes:
-    """Sections (key group → payload) in key-group order, so a contiguous range is one read."""
-    parts = [MAGIC]
+def _ordered(sections):
+    """(key group, payload) pairs in ascending key-group order: a dict is sorted; any other mapping
+    (a backend's ``LazySections``) or iterable of pairs must yield them in order already."""
+    if isinstance(sections, dict):
+        return sorted(sections.items())
+    return sections.items() if hasattr(sections, "items") else sections
+
+
+def _pieces(pairs, meta: dict | None, out: dict):
+    """The file's bytes, piece by piece: magic, each section as it comes, then the index (footer)
+    and tail. ``out`` receives the size and sha256 once the last piece is out."""
+    digest = hashlib.sha256(MAGIC)
+    yield MAGIC
     offset = len(MAGIC)
     index = {}
-    for kg in sorted(sections):
-        payload = sections[kg]
+    last = None
+    for kg, payload in pairs:
+        kg = int(kg)
+        if last is not None and kg <= last:
+            raise ValueError(f"state file sections must come in ascending key-group order: {kg} after {last}")
+        last = kg
         index[str(kg)] = [offset, len(payload)]
-        parts.append(payload)
+        digest.update(payload)
+        yield payload
         offset += len(payload)
     footer = json.dumps({"groups": index, "meta": meta or {}}, sort_keys=True).encode()
-    parts.append(footer)
-    parts.append(_TAIL.pack(len(footer), TAIL_MAGIC))
-    return b"".join(parts)
+    tail = footer + _TAIL.pack(len(footer), TAIL_MAGIC)
+    digest.update(tail)
+    out["bytes"] = offset + len(tail)
+    out["sha256"] = digest.hexdigest()
+    yield tail
 
 
-def write(storage: Storage, rel: str, sections: dict[int, bytes], meta: dict | None = None) -> dict:
-    """Write atomically; returns size and checksum for the handle."""
-    data = encode(sections, meta)
-    storage.write(rel, data)
-    return {"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+def encode(sections, meta: dict | None = None) -> bytes:
+    """Sections (key group → payload) in key-group order, so a contiguous range is one read."""
+    return b"".join(_pieces(_ordered(sections), meta, {}))
+
+
+def write(storage: Storage, rel: str, sections, meta: dict | None = None) -> dict:
+    """Write atomically; returns size and checksum for the handle.
+
+    ``sections``: a dict or mapping key group → payload bytes (``items()`` is iterated once, so a
+    backend's ``LazySections`` builds one key group at a time), or an iterable of (key group,
+    payload) pairs in ascending key-group order. Each section goes to storage as it comes
+    (``Storage.write_stream``), so memory holds about one section, not the file; a mapping is
+    read again if a local write has to be retried."""
+    out: dict = {}
+    replay = None
+    if isinstance(sections, dict) or hasattr(sections, "items"):
+        def replay():
+            out.clear()
+            return _pieces(_ordered(sections), meta, out)
+    storage.write_stream(rel, _pieces(_ordered(sections), meta, out), replay=replay)
+    return {"path": rel, "bytes": out["bytes"], "sha256": out["sha256"]}
 
 
 def resolve(storage: Storage, path: str) -> tuple[Storage, str]:
@@ -61,8 +94,16 @@ class ReadStats:
         self.files = 0
 
 
-def read_key_groups(storage: Storage, rel: str, key_groups: range, stats: ReadStats | None = None):
-    """Yield (key_group, payload) for the wanted key groups, reading only their byte span."""
+READ_CHUNK = 8 << 20  # restores read neighbouring key groups together up to this many bytes
+
+
+def read_key_groups(storage: Storage, rel: str, key_groups: range, stats: ReadStats | None = None,
+                    chunk: int | None = None):
+    """Yield (key_group, payload) for the wanted key groups, reading only their byte span: the
+    footer, then neighbouring sections together in reads of up to ``chunk`` bytes (default
+    ``READ_CHUNK``; a larger section is one read of its own), so a restore holds about one read's
+    worth of the file, never the subtask's whole state."""
+    chunk = READ_CHUNK if chunk is None else chunk
     storage, rel = resolve(storage, rel)
     size = storage.size(rel)
     if size < len(MAGIC) + _TAIL.size:
@@ -73,30 +114,43 @@ def read_key_groups(storage: Storage, rel: str, key_groups: range, stats: ReadSt
         raise CorruptStateFile(f"state file {storage.url(rel)} has no valid footer")
     footer_start = size - _TAIL.size - footer_len
     footer = json.loads(storage.read(rel, footer_start, footer_len))
-    wanted = [(int(kg), off, ln) for kg, (off, ln) in footer["groups"].items() if int(kg) in key_groups]
+    wanted = [(off, ln, int(kg)) for kg, (off, ln) in footer["groups"].items() if int(kg) in key_groups]
     if stats is not None:
         stats.bytes_read += _TAIL.size + footer_len
         stats.files += 1
     if not wanted:
         return
     wanted.sort()
-    lo = wanted[0][1]
-    hi = max(off + ln for _, off, ln in wanted)
-    span = storage.read(rel, lo, hi - lo)
-    if len(span) != hi - lo:  # a ranged read of an object store stops short at a truncated object
-        raise CorruptStateFile(f"state file {storage.url(rel)} is truncated: key groups need bytes {lo}-{hi}, "
-                               f"got {len(span)}")
-    if stats is not None:
-        stats.bytes_read += hi - lo
-    for kg, off, ln in wanted:
-        yield kg, span[off - lo : off - lo + ln]
+    runs: list[list] = []  # [start, end, [(kg, off, ln), ...]]: adjacent sections read together
+    for off, ln, kg in wanted:
+        if runs and runs[-1][1] == off and off + ln - runs[-1][0] <= chunk:
+            runs[-1][1] = off + ln
+            runs[-1][2].append((kg, off, ln))
+        else:
+            runs.append([off, off + ln, [(kg, off, ln)]])
+    for lo, hi, members in runs:
+        span = storage.read(rel, lo, hi - lo)
+        if len(span) != hi - lo:  # a ranged read of an object store stops short at a truncated object
+            raise CorruptStateFile(f"state file {storage.url(rel)} is truncated: key groups need bytes {lo}-{hi}, "
+                                   f"got {len(span)}")
+        if stats is not None:
+            stats.bytes_read += hi - lo
+        if len(members) == 1:
+            yield members[0][0], span
+        else:
+            for kg, off, ln in members:
+                yield kg, span[off - lo : off - lo + ln]
+        del span
 
 
 def verify(storage: Storage, rel: str, expected_sha256: str) -> None:
     """Refuse a missing or altered file, naming it."""
     if not storage.exists(rel):
         raise CorruptStateFile(f"state file {storage.url(rel)} is missing")
-    digest = hashlib.sha256(storage.read(rel)).hexdigest()
+    h = hashlib.sha256()
+    for piece in storage.iter_read(rel):
+        h.update(piece)
+    digest = h.hexdigest()
     if digest != expected_sha256:
         raise CorruptStateFile(
             f"state file {storage.url(rel)} is corrupt: checksum {digest[:12]}… does not match "

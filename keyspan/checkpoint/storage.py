@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import copy
 import errno
+import itertools
 import logging
 import os
 import posixpath
 import random
+import tempfile
 import time
 import uuid
 
@@ -47,6 +49,11 @@ _TRANSIENT_NAMES = {
 }
 _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
                      "InternalError", "ServiceUnavailable", "RequestLimitExceeded"}
+
+
+# streaming writes and reads move data in pieces of about this size: a file smaller than this is
+# written with one write (one PUT); a larger one goes to a temporary file first (see write_stream)
+STREAM_CHUNK = 8 << 20
 
 
 class StorageError(IOError):
@@ -164,9 +171,10 @@ class Storage:
         return self._same_options(uri)
 
     # -- retries ---------------------------------------------------------------------------------
-    def _io(self, op: str, rel: str, fn):
+    def _io(self, op: str, rel: str, fn, attempts: int | None = None):
         """Run ``fn(attempt)`` until it succeeds, a permanent error occurs, or the attempts are spent."""
-        for attempt in range(1, self.attempts + 1):
+        attempts = self.attempts if attempts is None else attempts
+        for attempt in range(1, attempts + 1):
             try:
                 return fn(attempt)
             except Exception as exc:  # noqa: BLE001 — classified below
@@ -174,14 +182,14 @@ class Storage:
                     if hasattr(exc, "add_note"):
                         exc.add_note(f"keyspan storage: {op} of {self.url(rel)}")
                     raise
-                if attempt == self.attempts:
+                if attempt == attempts:
                     err = StorageError(f"{op} of {self.url(rel)} failed after {attempt} attempt(s): "
                                        f"{type(exc).__name__}: {exc}")
                     err.url = self.url(rel)
                     raise err from exc
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
                 log.warning("%s of %s failed (attempt %d of %d: %s: %s); retrying in %.2f s", op, self.url(rel),
-                            attempt, self.attempts, type(exc).__name__, exc, delay)
+                            attempt, attempts, type(exc).__name__, exc, delay)
                 time.sleep(delay)
 
     def _fresh(self, fs, path: str) -> None:
@@ -204,24 +212,112 @@ class Storage:
             fs, _ = self._resolve()
             target = self.full_path(rel)
             if self.is_local:
-                os.makedirs(posixpath.dirname(target), exist_ok=True)
-                tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-                try:
-                    with open(tmp, "wb") as f:
-                        f.write(data)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.replace(tmp, target)
-                except BaseException:
-                    try:
-                        os.unlink(tmp)
-                    except OSError:
-                        pass
-                    raise
+                self._write_local(rel, (data,))
             else:  # one PUT: an object store publishes the whole object at once
                 fs.pipe_file(target, data)
 
         self._io("write", rel, op)
+
+    def write_stream(self, rel: str, chunks, replay=None) -> None:
+        """Write the concatenation of ``chunks`` (bytes-like pieces, consumed once) atomically,
+        holding at most about ``STREAM_CHUNK`` bytes of it in memory: a reader sees the whole file
+        or nothing, as with ``write``.
+
+        Up to ``STREAM_CHUNK`` bytes: one ``write`` (one PUT), with its retries. Larger: on a local
+        file system the pieces go to a temporary file beside the target, which is fsynced and
+        renamed over it; on an object store they go to a local temporary file that is then uploaded
+        (s3fs: one PUT, or a multipart upload in ``STREAM_CHUNK`` parts that S3 publishes only when
+        it completes; an incomplete one is aborted), with retries, since the local copy can be read
+        again; elsewhere (hdfs, memory) the upload goes to a temporary name that is then renamed.
+        ``replay``, when given, returns the same pieces afresh: a local write that fails with a
+        transient error is then tried again (without it, it is tried once)."""
+        it = iter(chunks)
+        head, size = [], 0
+        for chunk in it:
+            if chunk:
+                head.append(chunk)
+                size += len(chunk)
+                if size > STREAM_CHUNK:
+                    break
+        else:
+            self.write(rel, b"".join(head))
+            return
+        if self.is_local:
+            def op(attempt):
+                pieces = itertools.chain(head, it) if attempt == 1 else iter(replay())
+                self._write_local(rel, pieces)
+
+            self._io("write", rel, op, attempts=None if replay is not None else 1)
+            return
+        fd, spool = tempfile.mkstemp(prefix="keyspan-upload-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in itertools.chain(head, it):
+                    f.write(chunk)
+            head = None
+
+            def upload(_attempt):
+                fs, _ = self._resolve()
+                target = self.full_path(rel)
+                if self.is_object_store:
+                    if self.protocol in ("s3", "s3a"):
+                        fs.put_file(spool, target, chunksize=STREAM_CHUNK)
+                    else:
+                        fs.put_file(spool, target)
+                else:
+                    tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+                    try:
+                        fs.put_file(spool, tmp)
+                        fs.mv(tmp, target)
+                    except BaseException:
+                        try:
+                            fs.rm(tmp)
+                        except Exception:  # noqa: BLE001 — best effort
+                            pass
+                        raise
+                self._fresh(fs, target)
+
+            self._io("write", rel, upload)
+        finally:
+            try:
+                os.unlink(spool)
+            except OSError:
+                pass
+
+    def _write_local(self, rel: str, pieces) -> None:
+        target = self.full_path(rel)
+        os.makedirs(posixpath.dirname(target), exist_ok=True)
+        tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                for chunk in pieces:
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def iter_read(self, rel: str, chunk_size: int = STREAM_CHUNK, offset: int = 0, length: int | None = None):
+        """The file's bytes (or ``length`` bytes from ``offset``) in pieces of ``chunk_size``, one
+        ranged read each (each with retries): a large file is never held whole."""
+        end = self.size(rel) if length is None else offset + length
+        pos = offset
+        while pos < end:
+            n = min(chunk_size, end - pos)
+            data = self.read(rel, pos, n)
+            if not data:
+                raise StorageError(f"read of {self.url(rel)} ended at byte {pos} of {end}")
+            yield data
+            pos += len(data)
+
+    def copy_file(self, src_rel: str, dest: "Storage", dest_rel: str) -> None:
+        """Copy one file to ``dest_rel`` on ``dest`` (any storage) in pieces, atomically on the destination."""
+        dest.write_stream(dest_rel, self.iter_read(src_rel), replay=lambda: self.iter_read(src_rel))
 
     def read(self, rel: str, offset: int = 0, length: int | None = None) -> bytes:
         """The file's bytes, or ``length`` bytes from ``offset`` (one ranged GET on an object store)."""
@@ -332,7 +428,7 @@ class Storage:
 
     def copy_tree(self, src_rel: str, dest: "Storage", dest_rel: str) -> None:
         """Copy every file under ``src_rel`` (or the file ``src_rel``) to ``dest_rel`` on ``dest``,
-        keeping relative paths. Each file is read and written whole, with retries."""
+        keeping relative paths. Each file is copied in pieces (``copy_file``), with retries."""
 
         def find(_attempt):
             fs, _ = self._resolve()
@@ -355,4 +451,4 @@ class Storage:
                 continue
             s = posixpath.join(src_rel, sub) if sub else src_rel
             d = posixpath.join(dest_rel, sub) if dest_rel and sub else (dest_rel or sub)
-            dest.write(d, self.read(s))
+            self.copy_file(s, dest, d)
