@@ -427,6 +427,137 @@ def test_random_operations_match_heap(make_rocks):
     assert read_all(restored, states(restored), keys) == read_all(heap, sh, keys)
 
 
+# --- snapshots built one key group at a time -------------------------------------------------------
+
+def _encoded(sections):
+    return {kg: pickle.dumps(section, protocol=5) for kg, section in sections.items()}
+
+
+def test_full_and_delta_sections_are_lazy_point_in_time_views(make_rocks):
+    """full_sections/delta_sections encode one key group at a time as they are read (what
+    statefile.write streams), yet they are snapshots: what the backend does afterwards (the next
+    epoch's writes, a rollback) does not show in them, however often they are read."""
+    from keyspan.state.backend import LazySections
+
+    b = make_rocks()
+    st = states(b)
+    keys = [f"k{i}" for i in range(30)] + [(i, "t") for i in range(5)]
+    _write_epoch(st, b, keys, 1)
+    b.confirm()
+    _write_epoch(st, b, keys[:6], 50)
+    at(b, keys[7])
+    st["m"].clear()
+    st["v"].clear()
+    expected_full = _encoded(b.all_sections())
+    expected_delta = _encoded(b.changed_sections())
+    full, delta = b.full_sections(), b.delta_sections()
+    assert isinstance(full, LazySections) and isinstance(delta, LazySections)
+    b.rollback()  # undoes the epoch: the views keep what they saw
+    _write_epoch(st, b, keys[10:], 999)  # and a later epoch's writes
+    at(b, "new key")
+    st["v"].update(1)
+    for _ in range(2):  # read again: the same snapshot
+        assert dict(full.items()) == expected_full and dict(delta.items()) == expected_delta
+    assert list(full) == sorted(expected_full) and len(full) == len(expected_full) and bool(full)
+    kg = next(iter(expected_full))
+    assert full[kg] == expected_full[kg] and kg in full and 999 not in full
+    with pytest.raises(KeyError):
+        full[999]
+    b.confirm()
+    assert not b.delta_sections() and len(b.delta_sections()) == 0
+
+
+def test_full_snapshot_scans_one_key_group_at_a_time(make_rocks, monkeypatch):
+    """The full snapshot builds each key group's section from a range scan of that key group alone
+    and hands it on before building the next one."""
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    for i in range(200):
+        at(b, i)
+        v.update(i)
+    b.confirm()
+    built = []
+    real = RocksDBKeyedStateBackend._group_section
+
+    def spy(entries, names, horizons):
+        entries = list(entries)
+        built.append({(k[0] << 8) | k[1] for k, _ in entries})
+        return real(entries, names, horizons)
+
+    monkeypatch.setattr(RocksDBKeyedStateBackend, "_group_section", staticmethod(spy))
+    full = b.full_sections()
+    seen = []
+    for kg, payload in full.items():
+        seen.append(kg)
+        assert built[-1] == {kg}  # only this key group's entries were read for it
+        assert len(built) == len(seen) + sum(1 for g in built if not g)
+    assert seen == sorted({assign_to_key_group(i, MAX_P) for i in range(200)})
+
+
+def test_keys_of_scans_one_state_without_decoding_the_others(make_rocks, monkeypatch):
+    """keys_of (timers, apply_to_keyed_state) reads the keys of one state only, as the heap backend
+    lists them, instead of decoding every state's values."""
+    from keyspan.state.backend import KeyedStateBackend
+
+    b = make_rocks()
+    st = states(b)
+    keys = [f"k{i}" for i in range(40)] + [(i, "t") for i in range(5)]
+    _write_epoch(st, b, keys, 1)
+    at(b, keys[3])
+    st["v"].clear()
+    b.confirm()
+    expected = {name: sorted(KeyedStateBackend.keys_of(b, name), key=repr) for name in DESCRIPTORS}
+    monkeypatch.setattr(RocksDBKeyedStateBackend, "all_sections", None)  # must not be needed
+    assert {name: sorted(b.keys_of(name), key=repr) for name in DESCRIPTORS} == expected
+    assert len(expected["v"]) == len(keys) - 1 and len(expected["m"]) == len(keys)
+    assert list(b.keys_of("unknown")) == []
+
+
+def test_rocksdb_memory_is_bounded_by_the_memory_configuration(tmp_path):
+    """One block cache and one write-buffer manager per process and memory configuration, sized as
+    Flink sizes them; memtables are charged to the cache, so after writing far more than the budget
+    the cache's usage stays within its capacity."""
+    import rocksdict
+
+    from keyspan.state.rocksdb import _SHARED_MEMORY, RocksDBMemoryConfiguration, parse_memory_size
+
+    assert parse_memory_size("64mb") == parse_memory_size("64 m") == 64 << 20
+    assert parse_memory_size(1000) == 1000 and parse_memory_size("1g") == 1 << 30
+    for bad in ("lots", "-1mb", 0, "12 parsecs"):
+        with pytest.raises(ValueError):
+            parse_memory_size(bad)
+    spec = EmbeddedRocksDBStateBackend()
+    config = spec.get_memory_configuration()
+    assert isinstance(config, RocksDBMemoryConfiguration)
+    assert config.get_fixed_memory_per_slot() == 128 << 20 and config.get_write_buffer_ratio() == 0.5
+    config.set_fixed_memory_per_slot("24mb")
+    config.set_write_buffer_ratio(0.25)
+    with pytest.raises(ValueError):
+        config.set_write_buffer_ratio(1.5)
+    cache_bytes, memtables, write_buffer = config.sizes()
+    assert cache_bytes == int(24 * 2**20 * 2.75 / 3) and memtables == int(2 * 24 * 2**20 * 0.25 / 3)
+    assert write_buffer == memtables // 2
+    spec = pickle.loads(cloudpickle.dumps(spec))  # shipped to the workers with the job
+    backends = [spec.create_keyed_backend("op", range(i * 4, i * 4 + 4), local_dir=str(tmp_path)) for i in range(3)]
+    try:
+        cache, manager = _SHARED_MEMORY[spec.get_memory_configuration()._key()]
+        assert manager.get_buffer_size() == memtables
+        rng = random.Random(3)
+        for n, b in enumerate(backends):
+            v = b.get_state(ValueStateDescriptor("v"))
+            for i in range(1500):  # 3 × 1500 × 20 kB = 90 MB through 24 MB
+                b.set_current_key((n, i), b.key_groups.start + i % 4)
+                v.update(rng.randbytes(20_000))
+                if i % 100 == 0:
+                    b.confirm()
+            b.confirm()
+            assert cache.get_usage() <= cache_bytes * 1.1
+        assert isinstance(cache, rocksdict.Cache)
+    finally:
+        for b in backends:
+            b.close()
+
+
 # --- the spec --------------------------------------------------------------------------------------
 
 def test_spec_is_picklable_and_backend_lives_in_a_temp_dir():

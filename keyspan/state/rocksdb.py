@@ -1213,6 +1213,33 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def has_pending(self) -> bool:
         return bool(self._undo or self._touched_maps or self._forced or self._forced_maps)
 
+    def keys_of(self, name: str):
+        """(key group, key) of every key that has a value in state ``name``: a scan of that state's
+        range in each key group, reading keys only (the base class decodes every state's values)."""
+        meta = self._metas.get(name)
+        if meta is None:
+            return
+        ro = self._rd.ReadOptions()
+        ro.fill_cache(False)
+        for kg in self.key_groups:
+            lo = _U16.pack(kg) + meta.sid
+            hi = _successor(lo)
+            ro.set_iterate_upper_bound(hi)
+            last = None
+            keys = self._db.keys(from_key=lo, read_opt=ro)
+            try:
+                for k in keys:
+                    if meta.is_map:
+                        k = k[:8 + _U32.unpack_from(k, 4)[0]]
+                        if k == last:
+                            continue
+                        last = k
+                        yield kg, decode_key(k[8:])
+                    else:
+                        yield kg, decode_key(k[4:])
+            finally:
+                del keys  # the iterator goes before the bound it points into
+
     def key_count(self) -> int:
         """(state, user key) pairs holding a value, as the heap backend counts them."""
         count = 0
