@@ -109,3 +109,196 @@ def test_side_output_routes_tagged_records(env):
     got = list(main.map(lambda r: ("on time", r[2])).execute_and_collect())
     # watermark before record i: max(ts of records < i) - 501
     assert sorted(got) == [("on time", 0), ("on time", 1), ("on time", 3)]
+
+
+# --- strategies ------------------------------------------------------------------------------------
+
+class FireAll(KeyedProcessFunction):
+    """One event-time timer per record, at its timestamp; a firing reports the watermark."""
+
+    def process_element(self, value, ctx):
+        ctx.timer_service().register_event_time_timer(ctx.timestamp())
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.get_current_key(), timestamp, ctx.timer_service().current_watermark()
+
+
+def _fired(env, strategy, data, per_epoch=2):
+    env.set_max_records_per_epoch(per_epoch)
+    ds = env.from_collection(data).assign_timestamps_and_watermarks(strategy)
+    return list(ds.key_by(lambda r: r[0]).process(FireAll()).execute_and_collect())
+
+
+def test_monotonous_timestamps_fire_each_timer_after_the_next_epoch_passes_it(env):
+    data = [("k", t, "") for t in (10, 20, 30, 40, 50, 60)]
+    out = _fired(env, WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField()), data)
+    # watermark after epoch e = max ts so far - 1 (epochs: 10 20 | 30 40 | 50 60)
+    by_ts = {t: wm for _, t, wm in out}
+    assert sorted(by_ts) == [10, 20, 30, 40, 50, 60]
+    assert by_ts[10] == 19 and by_ts[20] == by_ts[30] == 39
+    assert by_ts[40] == by_ts[50] == by_ts[60] == LONG_MAX  # the last epoch ends the input
+
+
+def test_no_watermarks_fire_event_timers_only_at_the_end_of_input(env):
+    data = [("k", t, "") for t in (10, 20, 30, 40, 50, 60)]
+    out = _fired(env, WatermarkStrategy.no_watermarks().with_timestamp_assigner(SecondField()), data)
+    assert sorted(t for _, t, _ in out) == [10, 20, 30, 40, 50, 60]
+    assert {wm for _, _, wm in out} == {LONG_MAX}
+
+
+def test_from_source_with_a_strategy_assigns_timestamps_at_the_source(env, workdir):
+    from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
+
+    folder = workdir / "events"
+    folder.mkdir()
+    for i in range(3):  # one file per epoch
+        (folder / f"part-{i}.jsonl").write_text("".join(
+            f'{{"key": "k{j % 2}", "ts": {1000 * i + j}}}\n' for j in range(4)))
+
+    class TsField(TimestampAssigner):
+        def extract_timestamp(self, value, record_timestamp):
+            return value.ts
+
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
+        .set_max_files_per_epoch(1).build()
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(100)).with_timestamp_assigner(
+        TsField())
+    out = list(env.from_source(source, strategy, "events").key_by(lambda r: r.key).process(FireAll())
+               .execute_and_collect())
+    fired = {(k, t): wm for k, t, wm in out}
+    assert sorted(fired) == sorted((f"k{j % 2}", 1000 * i + j) for i in range(3) for j in range(4))
+    assert all(fired[("k0", j)] == 1003 - 101 for j in (0, 2))  # after epoch 1: max 1003 - bound - 1
+    assert all(fired[(k, 2000 + j)] == LONG_MAX for k, j in (("k0", 0), ("k1", 1), ("k0", 2), ("k1", 3)))
+
+
+def test_idle_split_does_not_hold_back_the_watermark():
+    from keyspan.runtime.event_time import advance
+
+    origins = {"s": {"bound_ms": 0, "idleness_ms": 1000, "splits": 2, "sources": [0]},
+               "t": {"bound_ms": 0, "idleness_ms": None, "splits": 2, "sources": [0]}}
+    state = advance(origins, {}, {"s": {"0": 500}, "t": {"0": 500}}, now=0, finished=())
+    assert state["s"]["wm"] == LONG_MIN and state["t"]["wm"] == LONG_MIN  # split 1 has not been idle long
+    state = advance(origins, state, {"s": {"0": 900}, "t": {"0": 900}}, now=1500, finished=())
+    assert state["s"]["wm"] == 899  # split 1 idle for 1.5 s: excluded
+    assert state["t"]["wm"] == LONG_MIN  # without idleness it holds the watermark back
+    state = advance(origins, state, {"s": {"1": 100}}, now=1600, finished=())
+    assert state["s"]["wm"] == 899  # split 0 is not idle yet and split 1 woke up: never backwards
+    state = advance(origins, state, {}, now=1600, finished=("t",))
+    assert state["t"]["wm"] == LONG_MAX
+
+
+# --- timers in unbounded jobs: idle streams, restore at another parallelism -------------------------
+
+class Collect:
+    def __init__(self):
+        from keyspan.datastream import SinkFunction
+
+        outer = self
+
+        class Sink(SinkFunction):
+            def invoke(self, value, context):
+                outer.items.append(value)
+
+        self.items = []
+        self.sink = Sink()
+
+
+class ProcessingTimer(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        now = ctx.timer_service().current_processing_time()
+        ctx.timer_service().register_processing_time_timer(now + 1500)
+        ctx.timer_service().register_processing_time_timer(now + 60_000)
+        ctx.timer_service().delete_processing_time_timer(now + 60_000)
+        yield "registered", ctx.get_current_key(), now + 1500
+
+    def on_timer(self, timestamp, ctx):
+        yield "fired", ctx.get_current_key(), timestamp, ctx.time_domain(), ctx.timer_service().current_processing_time()
+
+
+def _unbounded_file_source(folder, per_epoch=None):
+    from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
+
+    builder = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)).monitor_continuously()
+    if per_epoch:
+        builder = builder.set_max_files_per_epoch(per_epoch)
+    return builder.build()
+
+
+def test_processing_time_timers_fire_on_an_idle_stream(workdir):
+    import time
+
+    from keyspan.datastream import StreamExecutionEnvironment
+    from savepoint_helpers import BackgroundJob, stop_with_savepoint, wait_for_checkpoints
+
+    folder = workdir / "in"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"key": "x"}\n{"key": "y"}\n')
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    sink = Collect()
+    env.from_source(_unbounded_file_source(folder), WatermarkStrategy.no_watermarks(), "in") \
+        .key_by(lambda r: r.key).process(ProcessingTimer()).uid("timers").add_sink(sink.sink)
+    job = BackgroundJob(env, "idle-timers")
+    wait_for_checkpoints("idle-timers", 1, job=job)
+    deadline = time.time() + 60
+    while sum(1 for i in sink.items if i[0] == "fired") < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    stop_with_savepoint("idle-timers")
+    job.join()
+    registered = {(k, t) for tag, k, t in (i for i in sink.items if i[0] == "registered")}
+    fired = [i for i in sink.items if i[0] == "fired"]
+    assert {(k, t) for _, k, t, _, _ in fired} == registered and len(fired) == 2
+    assert all(d == TimeDomain.PROCESSING_TIME and now >= t for _, _, t, d, now in fired)
+
+
+class LongTimers(KeyedProcessFunction):
+    """Event-time timers at ts + 10 s; a state value proves the timer sees its key's state."""
+
+    def open(self, runtime_context):
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen"))
+
+    def process_element(self, value, ctx):
+        self.seen.update((self.seen.value() or 0) + 1)
+        ctx.timer_service().register_event_time_timer(value.ts + 10_000)
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.get_current_key(), timestamp, self.seen.value()
+
+
+def test_timers_survive_a_savepoint_and_fire_at_another_parallelism(workdir):
+    from keyspan.datastream import StreamExecutionEnvironment
+    from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+    import time
+
+    folder = workdir / "in"
+    folder.mkdir()
+    keys = [f"k{i}" for i in range(12)]
+    (folder / "part-0.jsonl").write_text("".join(f'{{"key": "{k}", "ts": {1000 + i}}}\n' for i, k in enumerate(keys)))
+
+    def run(parallelism, sink):
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
+        env.enable_checkpointing(200)
+        strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
+            lambda value, _: value.ts)
+        env.from_source(_unbounded_file_source(folder, 1), strategy, "in").uid("in") \
+            .key_by(lambda r: r.key).process(LongTimers()).uid("timers").add_sink(sink.sink)
+        return BackgroundJob(env, "timers-rescale")
+
+    first = Collect()
+    job = run(2, first)
+    wait_for_checkpoints("timers-rescale", 1, job=job)
+    path = stop_with_savepoint("timers-rescale")
+    job.join()
+    assert first.items == []  # watermark 1010: no timer (>= 11000) due yet
+    (folder / "part-1.jsonl").write_text('{"key": "k0", "ts": 50000}\n')  # moves the watermark past all
+    use_options(savepoint_path=path)
+    second = Collect()
+    job = run(3, second)
+    deadline = time.time() + 90
+    while len(second.items) < len(keys) and time.time() < deadline and job.thread.is_alive():
+        time.sleep(0.2)
+    stop_with_savepoint("timers-rescale")
+    job.join()
+    expected = sorted([(k, 11_000 + i, 2 if k == "k0" else 1) for i, k in enumerate(keys)])
+    assert sorted(i for i in second.items if i[1] < 50_000) == expected
+    assert [i for i in second.items if i[1] >= 50_000] == []  # watermark 49999: ts 60000 not due
