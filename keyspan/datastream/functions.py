@@ -267,3 +267,87 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: "KeyedBroadcastProcessFunction.OnTimerContext"):
         pass
+
+
+# --- windows: window functions (keyspan.datastream.window_operator runs them) ----------------------
+
+class KeyedStateStore(ABC):
+    """Where a window function's ``window_state()``/``global_state()`` come from: the five state getters."""
+
+    @abstractmethod
+    def get_state(self, state_descriptor): ...
+
+    @abstractmethod
+    def get_list_state(self, state_descriptor): ...
+
+    @abstractmethod
+    def get_map_state(self, state_descriptor): ...
+
+    @abstractmethod
+    def get_reducing_state(self, state_descriptor): ...
+
+    @abstractmethod
+    def get_aggregating_state(self, state_descriptor): ...
+
+
+class WindowFunction(Function):
+    """Evaluates a keyed window: ``apply`` returns (or yields) the results."""
+
+    @abstractmethod
+    def apply(self, key, window, inputs): ...
+
+
+class AllWindowFunction(Function):
+    """Evaluates a non-keyed window (``window_all``): ``apply`` returns (or yields) the results."""
+
+    @abstractmethod
+    def apply(self, window, inputs): ...
+
+
+class ProcessWindowFunction(Function):
+    """Evaluates a keyed window with a context: the window, the clocks, per-window and per-key state."""
+
+    class Context(ABC):
+        @abstractmethod
+        def window(self): ...
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def window_state(self) -> KeyedStateStore:
+            """State of this key and this window; clean it up in ``clear``. Not available with merging
+            (session) windows."""
+
+        @abstractmethod
+        def global_state(self) -> KeyedStateStore:
+            """State of this key, shared by all its windows."""
+
+    @abstractmethod
+    def process(self, key, context: "ProcessWindowFunction.Context", elements): ...
+
+    def clear(self, context: "ProcessWindowFunction.Context") -> None:
+        """Called when the window is cleaned up (the watermark passes its end plus the allowed lateness)."""
+
+
+class ProcessAllWindowFunction(Function):
+    """Evaluates a non-keyed window (``window_all``) with a context."""
+
+    class Context(ABC):
+        @abstractmethod
+        def window(self): ...
+
+        @abstractmethod
+        def window_state(self) -> KeyedStateStore: ...
+
+        @abstractmethod
+        def global_state(self) -> KeyedStateStore: ...
+
+    @abstractmethod
+    def process(self, context: "ProcessAllWindowFunction.Context", elements): ...
+
+    def clear(self, context: "ProcessAllWindowFunction.Context") -> None:
+        """Called when the window is cleaned up."""
