@@ -81,6 +81,34 @@ def test_time_window_basics():
     assert len({TimeWindow(0, 1), TimeWindow(0, 1), CountWindow(0), GlobalWindow()}) == 3
 
 
+def test_window_serializers_round_trip():
+    import io
+
+    from keyspan.datastream.window import CountWindowSerializer, GlobalWindowSerializer, TimeWindowSerializer
+
+    for serializer, window in ((TimeWindowSerializer(), TimeWindow(-5, 1 << 40)),
+                               (CountWindowSerializer(), CountWindow(9)), (GlobalWindowSerializer(), GlobalWindow())):
+        stream = io.BytesIO()
+        serializer.serialize(window, stream)
+        stream.seek(0)
+        assert serializer.deserialize(stream) == window
+
+
+def test_pyflink_import_paths():
+    import keyspan.datastream as ds
+
+    for name in ("WindowedStream", "AllWindowedStream", "WindowFunction", "ProcessWindowFunction", "AllWindowFunction",
+                 "ProcessAllWindowFunction", "TimeWindow", "CountWindow", "GlobalWindow", "WindowAssigner",
+                 "MergingWindowAssigner", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
+                 "SlidingEventTimeWindows", "EventTimeSessionWindows", "TumblingProcessingTimeWindows",
+                 "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows", "GlobalWindows",
+                 "CountTumblingWindowAssigner", "CountSlidingWindowAssigner", "EventTimeTrigger",
+                 "ProcessingTimeTrigger", "CountTrigger", "PurgingTrigger", "ContinuousEventTimeTrigger",
+                 "ContinuousProcessingTimeTrigger", "SessionWindowTimeGapExtractor"):
+        assert hasattr(ds, name), name
+        assert name in ds.__all__, name
+
+
 @pytest.mark.parametrize("timestamp, offset, size", [
     (0, 0, 10), (9, 0, 10), (10, 0, 10), (-1, 0, 10), (-10, 0, 10), (-11, 0, 10), (17, 3, 10), (2, 3, 10),
     (1_700_000_123_456, -28_800_000, 86_400_000), (5, -3, 7),

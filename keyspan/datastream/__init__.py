@@ -26,6 +26,43 @@ from keyspan.datastream.functions import (
     SinkFunction,
     TimeDomain,
 )
+from keyspan.datastream.functions import (
+    AllWindowFunction,
+    KeyedStateStore,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    WindowFunction,
+)
+from keyspan.datastream.window import (
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    CountSlidingWindowAssigner,
+    CountTrigger,
+    CountTumblingWindowAssigner,
+    CountWindow,
+    DynamicEventTimeSessionWindows,
+    DynamicProcessingTimeSessionWindows,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    GlobalWindow,
+    GlobalWindows,
+    MergingWindowAssigner,
+    NeverTrigger,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    SessionWindowTimeGapExtractor,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    Window,
+    WindowAssigner,
+)
+from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream
 from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from keyspan.datastream.stream_execution_environment import JobExecutionResult, StreamExecutionEnvironment
 from keyspan.state.api import OperatorStateStore
@@ -38,4 +75,13 @@ __all__ = [
     "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "KeyedStream", "MapFunction", "OperatorStateStore",
     "ProcessFunction", "ReduceFunction", "RuntimeContext", "SinkFunction", "StreamExecutionEnvironment",
     "TimeDomain",
+    # windows
+    "AllWindowFunction", "AllWindowedStream", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger",
+    "CountSlidingWindowAssigner", "CountTrigger", "CountTumblingWindowAssigner", "CountWindow",
+    "DynamicEventTimeSessionWindows", "DynamicProcessingTimeSessionWindows", "EventTimeSessionWindows",
+    "EventTimeTrigger", "GlobalWindow", "GlobalWindows", "KeyedStateStore", "MergingWindowAssigner", "NeverTrigger",
+    "ProcessAllWindowFunction", "ProcessWindowFunction", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
+    "PurgingTrigger", "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows",
+    "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "Window",
+    "WindowAssigner", "WindowFunction", "WindowedStream",
 ]
