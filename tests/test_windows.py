@@ -884,6 +884,62 @@ def test_event_time_windows_on_spark_match_references(env, per_epoch, backend):
         sorted(((k, s, e, len(vs), sorted(vs)), e - 1) for (k, s, e), vs in ref.items())
 
 
+class CountPerWindow(ProcessWindowFunction[tuple, tuple, str, TimeWindow]):
+    """Written as for PyFlink: generic parameters, typed context, explicit clear."""
+
+    def process(self, key: str, context: ProcessWindowFunction.Context[TimeWindow], elements) -> list:
+        return [(key, context.window().start, context.window().end, len([e for e in elements]))]
+
+    def clear(self, context: ProcessWindowFunction.Context) -> None:
+        pass
+
+
+class SumOfSecond(WindowFunction[tuple, tuple, str, CountWindow]):
+    def apply(self, key: str, window: CountWindow, inputs) -> list:
+        return [(key, sum(i[1] for i in inputs))]
+
+
+class GapByKey(SessionWindowTimeGapExtractor):
+    def extract(self, element: tuple) -> int:
+        return 8 if element[0] == "x" else 4
+
+
+def test_a_pyflink_style_job_on_spark(env):
+    from keyspan.common import Types
+
+    env.set_parallelism(1)  # one input partition: a key's records keep their order (count windows)
+    data = [("x", 2), ("x", 3), ("y", 7), ("x", 11), ("y", 12), ("x", 20), ("x", 21), ("y", 30)]
+    row = Types.TUPLE([Types.STRING(), Types.INT()])
+    ds = env.from_collection(data, type_info=row)
+    timed = ds.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondOfTwo()))
+    windowed_counts = Types.TUPLE([Types.STRING(), Types.LONG(), Types.LONG(), Types.INT()])
+    tumbling = timed.key_by(lambda x: x[0], key_type=Types.STRING()) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(10))) \
+        .process(CountPerWindow(), windowed_counts).map(lambda r: ("tumbling",) + r)
+    sessions = timed.key_by(lambda x: x[0], key_type=Types.STRING()) \
+        .window(EventTimeSessionWindows.with_dynamic_gap(GapByKey())) \
+        .process(CountPerWindow(), windowed_counts).map(lambda r: ("sessions",) + r)
+    counts = ds.key_by(lambda x: x[0], key_type=Types.STRING()).count_window(2) \
+        .apply(SumOfSecond(), row).map(lambda r: ("count",) + r)
+    sliding = ds.key_by(lambda x: x[0], key_type=Types.STRING()).window(CountSlidingWindowAssigner(2, 1)) \
+        .apply(SumOfSecond(), row).map(lambda r: ("sliding",) + r)
+    out = sorted(tumbling.union(sessions, counts, sliding).execute_and_collect())
+    assert [r[1:] for r in out if r[0] == "tumbling"] == sorted(
+        [("x", 0, 10, 2), ("x", 10, 20, 1), ("x", 20, 30, 2), ("y", 0, 10, 1), ("y", 10, 20, 1), ("y", 30, 40, 1)])
+    # x (gap 8): [2,10) [3,11) [11,19) touch -> [2,19); [20,28) [21,29) -> [20,29). y (gap 4): all apart
+    assert [r[1:] for r in out if r[0] == "sessions"] == sorted(
+        [("x", 2, 19, 3), ("x", 20, 29, 2), ("y", 7, 11, 1), ("y", 12, 16, 1), ("y", 30, 34, 1)])
+    assert [r[1:] for r in out if r[0] == "count"] == sorted([("x", 2 + 3), ("x", 11 + 20), ("y", 7 + 12)])
+    assert [r[1:] for r in out if r[0] == "sliding"] == sorted(
+        [("x", 5), ("x", 14), ("x", 31), ("x", 41), ("y", 19), ("y", 42)])
+
+
+class SecondOfTwo(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp) -> int:
+        return int(value[1])
+
+
 def test_late_data_allowed_lateness_and_side_output_on_spark(env):
     # one record per epoch, bound 0: the watermark before record i is max(ts before i) - 1
     data = [("a", 3, 1), ("a", 12, 2), ("a", 5, 4), ("a", 30, 8), ("a", 7, 16), ("a", 18, 32), ("a", 26, 64)]

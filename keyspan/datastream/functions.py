@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
+from typing import Generic, TypeVar
 
 
 class Function(ABC):
@@ -271,6 +272,13 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
 
 # --- windows: window functions (keyspan.datastream.window_operator runs them) ----------------------
 
+W = TypeVar("W")
+W2 = TypeVar("W2")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+
+
 class KeyedStateStore(ABC):
     """Where a window function's ``window_state()``/``global_state()`` come from: the five state getters."""
 
@@ -290,24 +298,24 @@ class KeyedStateStore(ABC):
     def get_aggregating_state(self, state_descriptor): ...
 
 
-class WindowFunction(Function):
+class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Evaluates a keyed window: ``apply`` returns (or yields) the results."""
 
     @abstractmethod
     def apply(self, key, window, inputs): ...
 
 
-class AllWindowFunction(Function):
+class AllWindowFunction(Function, Generic[IN, OUT, W]):
     """Evaluates a non-keyed window (``window_all``): ``apply`` returns (or yields) the results."""
 
     @abstractmethod
     def apply(self, window, inputs): ...
 
 
-class ProcessWindowFunction(Function):
+class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Evaluates a keyed window with a context: the window, the clocks, per-window and per-key state."""
 
-    class Context(ABC):
+    class Context(ABC, Generic[W2]):
         @abstractmethod
         def window(self): ...
 
@@ -333,10 +341,10 @@ class ProcessWindowFunction(Function):
         """Called when the window is cleaned up (the watermark passes its end plus the allowed lateness)."""
 
 
-class ProcessAllWindowFunction(Function):
+class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """Evaluates a non-keyed window (``window_all``) with a context."""
 
-    class Context(ABC):
+    class Context(ABC, Generic[W2]):
         @abstractmethod
         def window(self): ...
 
