@@ -27,7 +27,13 @@ from keyspan.common import Duration, Encoder, Time, WatermarkStrategy
 from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import EmbeddedRocksDBStateBackend, ProcessFunction, StreamExecutionEnvironment
 from keyspan.datastream.connectors.file_system import FileSink
-from keyspan.datastream.functions import AggregateFunction, ProcessWindowFunction, TimeDomain, WindowFunction
+from keyspan.datastream.functions import (
+    AggregateFunction,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    TimeDomain,
+    WindowFunction,
+)
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.state import ReducingStateDescriptor, ValueStateDescriptor
 from keyspan.datastream.window import (
@@ -56,7 +62,7 @@ from keyspan.datastream.window import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-from keyspan.datastream.window_operator import WindowedStream, count_window
+from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream, count_window
 from keyspan.state.heap import HeapKeyedStateBackend
 
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
@@ -924,7 +930,11 @@ def test_a_pyflink_style_job_on_spark(env):
         .apply(SumOfSecond(), row).map(lambda r: ("count",) + r)
     sliding = ds.key_by(lambda x: x[0], key_type=Types.STRING()).window(CountSlidingWindowAssigner(2, 1)) \
         .apply(SumOfSecond(), row).map(lambda r: ("sliding",) + r)
-    out = sorted(tumbling.union(sessions, counts, sliding).execute_and_collect())
+    # window_all (DataStream.window_all has no method yet: the stream class is built directly)
+    everything = AllWindowedStream(timed, TumblingEventTimeWindows.of(Time.milliseconds(10))) \
+        .process(AllInWindow()).map(lambda r: ("all",) + r)
+    out = sorted(tumbling.union(sessions, counts, sliding, everything).execute_and_collect())
+    assert [r[1:] for r in out if r[0] == "all"] == [(0, 3), (10, 2), (20, 2), (30, 1)]
     assert [r[1:] for r in out if r[0] == "tumbling"] == sorted(
         [("x", 0, 10, 2), ("x", 10, 20, 1), ("x", 20, 30, 2), ("y", 0, 10, 1), ("y", 10, 20, 1), ("y", 30, 40, 1)])
     # x (gap 8): [2,10) [3,11) [11,19) touch -> [2,19); [20,28) [21,29) -> [20,29). y (gap 4): all apart
@@ -933,6 +943,11 @@ def test_a_pyflink_style_job_on_spark(env):
     assert [r[1:] for r in out if r[0] == "count"] == sorted([("x", 2 + 3), ("x", 11 + 20), ("y", 7 + 12)])
     assert [r[1:] for r in out if r[0] == "sliding"] == sorted(
         [("x", 5), ("x", 14), ("x", 31), ("x", 41), ("y", 19), ("y", 42)])
+
+
+class AllInWindow(ProcessAllWindowFunction[tuple, tuple, TimeWindow]):
+    def process(self, context: ProcessAllWindowFunction.Context, elements) -> list:
+        return [(context.window().start, len(list(elements)))]
 
 
 class SecondOfTwo(TimestampAssigner):

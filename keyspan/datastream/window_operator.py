@@ -53,7 +53,7 @@ from keyspan.datastream.window import (
 )
 from keyspan.state.api import AggregatingState, ListState, MapState, MapStateDescriptor, ReducingState, ValueState
 
-__all__ = ["WindowedStream", "AllWindowedStream", "WindowOperator"]
+__all__ = ["WindowedStream", "AllWindowedStream", "WindowOperator", "count_window", "count_window_all"]
 
 _IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
 
@@ -934,3 +934,12 @@ def count_window(keyed_stream, size: int, slide: int = 0) -> WindowedStream:
     if slide == 0:
         return WindowedStream(keyed_stream, CountTumblingWindowAssigner(size))
     return WindowedStream(keyed_stream, CountSlidingWindowAssigner(size, slide))
+
+
+def count_window_all(data_stream, size: int, slide: int = 0) -> AllWindowedStream:
+    """``DataStream.count_window_all``: count windows over the whole stream."""
+    if isinstance(slide, bool) or not isinstance(slide, int) or slide < 0:
+        raise ValueError(f"count_window_all: slide must be an int >= 0 (0 for tumbling windows), got {slide!r}")
+    if slide == 0:
+        return AllWindowedStream(data_stream, CountTumblingWindowAssigner(size))
+    return AllWindowedStream(data_stream, CountSlidingWindowAssigner(size, slide))
