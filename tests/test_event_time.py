@@ -302,3 +302,48 @@ def test_timers_survive_a_savepoint_and_fire_at_another_parallelism(workdir):
     expected = sorted([(k, 11_000 + i, 2 if k == "k0" else 1) for i, k in enumerate(keys)])
     assert sorted(i for i in second.items if i[1] < 50_000) == expected
     assert [i for i in second.items if i[1] >= 50_000] == []  # watermark 49999: ts 60000 not due
+
+
+# --- the lateness rule --------------------------------------------------------------------------------
+
+def test_lateness_is_judged_against_the_watermark_at_the_start_of_the_records_epoch(env):
+    """Epochs of two records. Watermark after epoch 0 = 250 - 1; in epoch 1 the record at 150 is late
+    (its window ended at 199 <= 249) but 260 is not; in epoch 2 the record at 270 arrives after one at
+    1000 in the same epoch: it is judged against the watermark at the start of epoch 2 (259), so it
+    is on time, whereas Flink with a watermark between the two records would call it late."""
+    from keyspan.datastream.functions import ProcessWindowFunction
+    from keyspan.datastream.window import TumblingEventTimeWindows
+
+    class Contents(ProcessWindowFunction):
+        def process(self, key, context, elements):
+            yield context.window().start, sorted(e[1] for e in elements)
+
+    tag = OutputTag("late")
+    data = [("k", 100, ""), ("k", 250, ""), ("k", 150, ""), ("k", 260, ""), ("k", 1000, ""), ("k", 270, "")]
+    env.set_max_records_per_epoch(2)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    windows = env.from_collection(data).assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(100)).side_output_late_data(tag).process(Contents())
+    late = Collect()
+    windows.get_side_output(tag).add_sink(late.sink)
+    out = sorted(windows.execute_and_collect())
+    assert out == [(100, [100]), (200, [250, 260, 270]), (1000, [1000])]
+    assert late.items == [("k", 150, "")]
+
+
+def test_window_all_and_count_window_all_see_the_whole_stream(env):
+    from keyspan.datastream.functions import ProcessAllWindowFunction
+    from keyspan.datastream.window import TumblingEventTimeWindows
+
+    class Total(ProcessAllWindowFunction):
+        def process(self, context, elements):
+            yield context.window().start, sum(e[1] for e in elements)
+
+    data = [(k, t, "") for k, t in [("a", 5), ("b", 15), ("c", 7), ("a", 12), ("b", 30)]]
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    ds = env.from_collection(data).assign_timestamps_and_watermarks(strategy)
+    counts = Collect()
+    ds.count_window_all(2).reduce(lambda a, b: (a[0] + b[0], a[1] + b[1], "")).add_sink(counts.sink)
+    out = sorted(ds.window_all(TumblingEventTimeWindows.of(10)).process(Total()).execute_and_collect())
+    assert out == [(0, 12), (10, 27), (30, 30)]
+    assert len(counts.items) == 2 and sorted(len(c[0]) for c in counts.items) == [2, 2]

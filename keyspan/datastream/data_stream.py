@@ -208,6 +208,17 @@ class DataStream:
         return DataStream(self._env, self._add("timestamps", "Timestamps/Watermarks", watermark_strategy,
                                                self._t.output_type))
 
+    def window_all(self, window_assigner):
+        """Windows over the whole (non-keyed) stream, evaluated by one subtask, as in Flink."""
+        from keyspan.datastream.window_operator import AllWindowedStream
+
+        return AllWindowedStream(self, window_assigner)
+
+    def count_window_all(self, size: int, slide: int = 0):
+        from keyspan.datastream.window_operator import count_window_all
+
+        return count_window_all(self, size, slide)
+
     def get_side_output(self, output_tag) -> "DataStream":
         """The records this operator emitted with ``yield output_tag, value``."""
         from keyspan.datastream.output_tag import OutputTag

@@ -97,7 +97,8 @@ class PhysicalPlan:
     def digest(self, stage_id: int) -> tuple[bytes, str]:
         plan = self.stages[stage_id].plan
         serde.ship_user_modules([plan.key_selector] + [e.key_selector for e in plan.exits]
-                                + [o.function for o in plan.ops] + [o.sink for o in plan.ops])
+                                + [f for o in plan.ops for f in _user_objects(o.function)]
+                                + [o.sink for o in plan.ops])
         data = serde.dumps_function(plan)
         return data, hashlib.sha256(data).hexdigest()
 
@@ -126,6 +127,14 @@ class _RowProbe:
         if item in self._names:
             return _FieldRef(item)
         raise AttributeError(item)
+
+
+def _user_objects(fn) -> list:
+    """A function and the user objects inside it (adapters, window operators), whose modules ship by value."""
+    objects = [fn, user_function(fn)]
+    if hasattr(fn, "_user_objects"):
+        objects.extend(fn._user_objects())
+    return objects
 
 
 def user_function(fn):
