@@ -347,3 +347,33 @@ def test_window_all_and_count_window_all_see_the_whole_stream(env):
     out = sorted(ds.window_all(TumblingEventTimeWindows.of(10)).process(Total()).execute_and_collect())
     assert out == [(0, 12), (10, 27), (30, 30)]
     assert len(counts.items) == 2 and sorted(len(c[0]) for c in counts.items) == [2, 2]
+
+
+def test_event_time_ttl_expires_state_as_the_job_watermark_advances(env):
+    """Issue 4's event-time TTL, driven by the job's watermark: a value written at watermark W
+    expires once the watermark passes W + TTL."""
+    from keyspan.common import Time
+    from keyspan.datastream.state import StateTtlConfig
+
+    class LastSeen(KeyedProcessFunction):
+        def open(self, runtime_context):
+            descriptor = ValueStateDescriptor("last")
+            descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(500)).set_ttl_time_characteristic(
+                StateTtlConfig.TtlTimeCharacteristic.EventTime).build())
+            self.last = runtime_context.get_state(descriptor)
+
+        def process_element(self, value, ctx):
+            yield value[2], self.last.value(), ctx.timer_service().current_watermark()
+            self.last.update(value[1])
+
+    # one record per epoch; key "a" at 1000, then "b" moves the watermark, then "a" again
+    data = [("a", 1000, "a1"), ("b", 1400, "b1"), ("a", 1450, "a2"), ("b", 2100, "b2"), ("a", 2200, "a3")]
+    env.set_max_records_per_epoch(1)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    out = {tag: (seen, wm) for tag, seen, wm in env.from_collection(data).assign_timestamps_and_watermarks(
+        strategy).key_by(lambda r: r[0]).process(LastSeen()).execute_and_collect()}
+    # the TTL clock is the watermark at the start of the record's epoch:
+    # a1 stamped at Long.MIN (no watermark yet): expired for a2; b1 stamped at 999 lives until 1499,
+    # so b2 (watermark 1449) sees it; a2 stamped at 1399 has expired by a3 (watermark 2099)
+    assert out["a1"] == (None, LONG_MIN) and out["a2"] == (None, 1399)
+    assert out["b2"] == (1400, 1449) and out["a3"] == (None, 2099)
