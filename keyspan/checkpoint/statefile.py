@@ -8,6 +8,7 @@ owns. The format is backend-neutral (pickled Python values), which keeps savepoi
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import struct
 
@@ -22,60 +23,83 @@ class CorruptStateFile(IOError):
     pass
 
 
-def _ordered(sections):
-    """(key group, payload) pairs in ascending key-group order: a dict is sorted; any other mapping
-    (a backend's ``LazySections``) or iterable of pairs must yield them in order already."""
+def _entries(sections):
+    """(key group, payload bytes or ``write(file)`` function) in ascending key-group order: a dict
+    is sorted; a backend's ``LazySections`` offers ``dump_items`` (each section pickled straight
+    into the file); any other mapping or iterable of pairs must be in order already."""
     if isinstance(sections, dict):
         return sorted(sections.items())
+    if hasattr(sections, "dump_items"):
+        return sections.dump_items()
     return sections.items() if hasattr(sections, "items") else sections
 
 
-def _pieces(pairs, meta: dict | None, out: dict):
-    """The file's bytes, piece by piece: magic, each section as it comes, then the index (footer)
-    and tail. ``out`` receives the size and sha256 once the last piece is out."""
-    digest = hashlib.sha256(MAGIC)
-    yield MAGIC
-    offset = len(MAGIC)
+class _Out:
+    """Counts and hashes what goes into the file."""
+
+    __slots__ = ("_write", "_digest", "offset")
+
+    def __init__(self, f):
+        self._write = f.write
+        self._digest = hashlib.sha256()
+        self.offset = 0
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        self._digest.update(data)
+        self._write(data)
+        self.offset += n
+        return n
+
+
+def _write_file(f, sections, meta: dict | None) -> dict:
+    """Write the whole state file into the binary file ``f``, one section at a time; return its
+    size and sha256."""
+    out = _Out(f)
+    out.write(MAGIC)
     index = {}
     last = None
-    for kg, payload in pairs:
+    for kg, piece in _entries(sections):
         kg = int(kg)
         if last is not None and kg <= last:
             raise ValueError(f"state file sections must come in ascending key-group order: {kg} after {last}")
         last = kg
-        index[str(kg)] = [offset, len(payload)]
-        digest.update(payload)
-        yield payload
-        offset += len(payload)
+        start = out.offset
+        if callable(piece):
+            piece(out)
+        else:
+            out.write(piece)
+        piece = None  # not kept while the next section is built
+        index[str(kg)] = [start, out.offset - start]
     footer = json.dumps({"groups": index, "meta": meta or {}}, sort_keys=True).encode()
-    tail = footer + _TAIL.pack(len(footer), TAIL_MAGIC)
-    digest.update(tail)
-    out["bytes"] = offset + len(tail)
-    out["sha256"] = digest.hexdigest()
-    yield tail
+    out.write(footer)
+    out.write(_TAIL.pack(len(footer), TAIL_MAGIC))
+    return {"bytes": out.offset, "sha256": out._digest.hexdigest()}
 
 
 def encode(sections, meta: dict | None = None) -> bytes:
     """Sections (key group → payload) in key-group order, so a contiguous range is one read."""
-    return b"".join(_pieces(_ordered(sections), meta, {}))
+    buf = io.BytesIO()
+    _write_file(buf, sections, meta)
+    return buf.getvalue()
 
 
 def write(storage: Storage, rel: str, sections, meta: dict | None = None) -> dict:
     """Write atomically; returns size and checksum for the handle.
 
-    ``sections``: a dict or mapping key group → payload bytes (``items()`` is iterated once, so a
-    backend's ``LazySections`` builds one key group at a time), or an iterable of (key group,
-    payload) pairs in ascending key-group order. Each section goes to storage as it comes
-    (``Storage.write_stream``), so memory holds about one section, not the file; a mapping is
-    read again if a local write has to be retried."""
-    out: dict = {}
-    replay = None
-    if isinstance(sections, dict) or hasattr(sections, "items"):
-        def replay():
-            out.clear()
-            return _pieces(_ordered(sections), meta, out)
-    storage.write_stream(rel, _pieces(_ordered(sections), meta, out), replay=replay)
-    return {"path": rel, "bytes": out["bytes"], "sha256": out["sha256"]}
+    ``sections``: a dict or mapping key group → payload bytes, or an iterable of (key group,
+    payload) pairs in ascending key-group order. The file is written as the sections come
+    (``Storage.write_with``): a backend's ``LazySections`` builds one key group's section at a time
+    and pickles it straight into the file, so memory holds about one decoded key group, never the
+    file. A local write that fails with a transient error is tried again if ``sections`` can be
+    read again (a mapping)."""
+    result: dict = {}
+
+    def produce(f):
+        result.update(_write_file(f, sections, meta))
+
+    storage.write_with(rel, produce, retry=isinstance(sections, dict) or hasattr(sections, "items"))
+    return {"path": rel, "bytes": result["bytes"], "sha256": result["sha256"]}
 
 
 def resolve(storage: Storage, path: str) -> tuple[Storage, str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import errno
-import itertools
 import logging
 import os
 import posixpath
@@ -51,8 +50,8 @@ _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTi
                      "InternalError", "ServiceUnavailable", "RequestLimitExceeded"}
 
 
-# streaming writes and reads move data in pieces of about this size: a file smaller than this is
-# written with one write (one PUT); a larger one goes to a temporary file first (see write_stream)
+# streamed files are uploaded in one PUT up to this size, in multipart parts of this size above it
+# (see write_with); iter_read and copy_file move files in pieces of this size
 STREAM_CHUNK = 8 << 20
 
 
@@ -212,49 +211,40 @@ class Storage:
             fs, _ = self._resolve()
             target = self.full_path(rel)
             if self.is_local:
-                self._write_local(rel, (data,))
+                self._write_local(rel, lambda f: f.write(data))
             else:  # one PUT: an object store publishes the whole object at once
                 fs.pipe_file(target, data)
 
         self._io("write", rel, op)
 
-    def write_stream(self, rel: str, chunks, replay=None) -> None:
-        """Write the concatenation of ``chunks`` (bytes-like pieces, consumed once) atomically,
-        holding at most about ``STREAM_CHUNK`` bytes of it in memory: a reader sees the whole file
-        or nothing, as with ``write``.
+    def write_with(self, rel: str, produce, retry: bool = True) -> None:
+        """Write a file atomically by calling ``produce(f)``, which writes its bytes into the binary
+        file ``f`` as it makes them: nothing of the file has to be in memory at once, and a reader
+        sees the whole file or nothing, as with ``write``.
 
-        Up to ``STREAM_CHUNK`` bytes: one ``write`` (one PUT), with its retries. Larger: on a local
-        file system the pieces go to a temporary file beside the target, which is fsynced and
-        renamed over it; on an object store they go to a local temporary file that is then uploaded
-        (s3fs: one PUT, or a multipart upload in ``STREAM_CHUNK`` parts that S3 publishes only when
-        it completes; an incomplete one is aborted), with retries, since the local copy can be read
-        again; elsewhere (hdfs, memory) the upload goes to a temporary name that is then renamed.
-        ``replay``, when given, returns the same pieces afresh: a local write that fails with a
-        transient error is then tried again (without it, it is tried once)."""
-        it = iter(chunks)
-        head, size = [], 0
-        for chunk in it:
-            if chunk:
-                head.append(chunk)
-                size += len(chunk)
-                if size > STREAM_CHUNK:
-                    break
-        else:
-            self.write(rel, b"".join(head))
-            return
+        On a local file system ``f`` is a temporary file beside the target, fsynced and renamed
+        over it; a transient error runs ``produce`` again on a fresh temporary file (``retry``:
+        only when ``produce`` can run twice). Elsewhere ``f`` is a local temporary file that is then
+        uploaded, with retries (it can be read again): up to ``STREAM_CHUNK`` bytes in one write
+        (one PUT); larger, with s3fs, as a multipart upload in ``STREAM_CHUNK`` parts that S3
+        publishes only when it completes (an incomplete one is aborted); on other file systems
+        (hdfs, memory) to a temporary name that is then renamed. An exception from ``produce``
+        leaves nothing behind."""
         if self.is_local:
-            def op(attempt):
-                pieces = itertools.chain(head, it) if attempt == 1 else iter(replay())
-                self._write_local(rel, pieces)
-
-            self._io("write", rel, op, attempts=None if replay is not None else 1)
+            self._io("write", rel, lambda _attempt: self._write_local(rel, produce),
+                     attempts=None if retry else 1)
             return
         fd, spool = tempfile.mkstemp(prefix="keyspan-upload-")
         try:
             with os.fdopen(fd, "wb") as f:
-                for chunk in itertools.chain(head, it):
-                    f.write(chunk)
-            head = None
+                produce(f)
+            size = os.path.getsize(spool)
+            if size <= STREAM_CHUNK:
+                with open(spool, "rb") as f:
+                    data = f.read()
+                os.unlink(spool)
+                self.write(rel, data)
+                return
 
             def upload(_attempt):
                 fs, _ = self._resolve()
@@ -284,14 +274,27 @@ class Storage:
             except OSError:
                 pass
 
-    def _write_local(self, rel: str, pieces) -> None:
+    def write_stream(self, rel: str, chunks, replay=None) -> None:
+        """Write the concatenation of ``chunks`` (bytes-like pieces, consumed once) atomically
+        through ``write_with``, holding one piece at a time. ``replay``, when given, returns the same
+        pieces afresh, so a local write that fails with a transient error can be tried again."""
+        first = [chunks]
+
+        def produce(f):
+            pieces = first.pop() if first else replay()
+            for chunk in pieces:
+                f.write(chunk)
+                del chunk  # not kept while the next piece is made
+
+        self.write_with(rel, produce, retry=replay is not None)
+
+    def _write_local(self, rel: str, produce) -> None:
         target = self.full_path(rel)
         os.makedirs(posixpath.dirname(target), exist_ok=True)
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
         try:
             with open(tmp, "wb") as f:
-                for chunk in pieces:
-                    f.write(chunk)
+                produce(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, target)

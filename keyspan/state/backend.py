@@ -157,11 +157,28 @@ class LazySections(Mapping):
     read a point-in-time view (RocksDB: one iterator opened when the mapping was made) for the
     mapping to be a snapshot. ``nonempty(kg)``, when given, answers ``bool(produce(kg))`` cheaply."""
 
-    def __init__(self, groups, produce, encode, nonempty=None):
+    def __init__(self, groups, produce, encode, nonempty=None, dump=None):
         self._groups = tuple(groups)
         self._produce = produce
         self._encode_one = encode
         self._nonempty = nonempty
+        self._dump = dump
+
+    def dump_items(self):
+        """(key group, ``write(file)``) for every non-empty key group, in order: ``write`` pickles
+        the key group's section straight into a binary file (``dump(kg, section, file)``), so not
+        even one encoded payload is held — what ``statefile.write`` uses when it is offered. Each
+        section is built when its pair is produced and dropped once the next one is asked for."""
+        dump = self._dump
+        if dump is None:
+            for kg, payload in self.items():
+                yield kg, (lambda f, payload=payload: f.write(payload))
+            return
+        for kg in self._groups:
+            section = self._produce(kg)
+            if section:
+                yield kg, (lambda f, kg=kg, section=section: dump(kg, section, f))
+            section = None
 
     def _has(self, kg: int) -> bool:
         if self._nonempty is not None:
@@ -203,4 +220,7 @@ class _LazyItems(ItemsView):
         for kg in m._groups:
             section = m._produce(kg)
             if section:
-                yield kg, m._encode_one(kg, section)
+                payload = m._encode_one(kg, section)
+                section = None  # only the payload stays alive while it is written
+                yield kg, payload
+                payload = None

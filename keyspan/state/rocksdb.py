@@ -1047,10 +1047,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             return self._delta_section(keys, prefixes, [view.get(k) for k in keys], view.scan, names)
 
         # every touched key is a put or a delete: a touched key group always has a section
-        return LazySections(touched, produce, self._encode_section, nonempty=touched.__contains__)
+        return LazySections(touched, produce, self._encode_section, nonempty=touched.__contains__,
+                            dump=self._dump_section)
 
     def _encode_section(self, kg: int, section: dict) -> bytes:
         return serde.dumps_state(section, operator=self.operator, key_group=kg)
+
+    def _dump_section(self, kg: int, section: dict, file) -> None:
+        serde.dump_state(section, file, operator=self.operator, key_group=kg)
 
     @staticmethod
     def _group_section(entries, names, horizons) -> dict:
@@ -1129,7 +1133,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             return view.first(*bounds(kg)) is not None
 
         return LazySections(self.key_groups, produce, self._encode_section,
-                            nonempty=None if horizons else nonempty)
+                            nonempty=None if horizons else nonempty, dump=self._dump_section)
 
     def apply_section(self, key_group: int, section: dict) -> None:
         """Restore a section. A registered state gets its values in its own form (plain values

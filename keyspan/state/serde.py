@@ -58,6 +58,23 @@ def dumps_state(obj, *, operator: str, state: str | None = None, key_group: int 
         ) from exc
 
 
+def dump_state(obj, file, *, operator: str, state: str | None = None, key_group: int | None = None) -> None:
+    """``dumps_state`` into a binary file: the pickle goes out frame by frame (large values are
+    written straight through, not copied), so no payload-sized buffer is built. On failure the file
+    holds a partial pickle; the caller discards the file."""
+    try:
+        pickle.Pickler(file, protocol=PROTOCOL).dump(obj)
+    except Exception as exc:  # noqa: BLE001 — re-raised with context
+        if isinstance(exc, OSError):  # the file, not the value
+            raise
+        where = _find_unpicklable(obj)
+        raise StateSerializationError(
+            f"operator '{operator}': state '{where[0] if where else state}' "
+            f"key {where[1] if where else '?'!r} (key group {key_group}) holds a value that cannot be "
+            f"serialized for the checkpoint: {exc}"
+        ) from exc
+
+
 def _find_unpicklable(section):
     """``section`` is {state_name: (puts, deletes)}; return (state, key) of the first bad value."""
     if not isinstance(section, dict):
