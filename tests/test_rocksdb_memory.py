@@ -1,68 +1,121 @@
-"""State far larger than the Python workers' memory cap: RocksDB should run it to completion, heap must not.
+"""State ten times larger than the memory a Python worker may use: RocksDB runs it to completion, heap cannot.
 
-tests/jobs/big_state_job.py keeps BIG_STATE_KEYS × BIG_STATE_VALUE_BYTES (4000 × 100 kB = 400 MB) of
-values in ValueState, 250 keys (25 MB) per epoch, in a subprocess (`python -m keyspan run`) whose
-SparkSession sets ``spark.executor.pyspark.memory`` — PySpark's own cap: every Python worker calls
-``resource.setrlimit(RLIMIT_AS, …)`` with it (pyspark/worker_util.py; the worker logs "Setting mem
-limits to …", which the test checks, so the cap is known to apply in local mode).
+The cap. Every PySpark Python process of the job (``python -m keyspan run`` in a subprocess → its
+JVM → ``pyspark.daemon`` → workers) may have at most CAP (256 MiB) resident: a watchdog in this test
+process (tests/worker_memory_cap.py) reads each process's VmHWM — the kernel's high-water mark of
+its resident set, so no peak between samples goes unseen — every 50 ms and SIGKILLs a process that
+went above the cap, which fails the Spark task and, in local mode (no task retries), the job. PySpark's
+own cap (``spark.executor.pyspark.memory``) cannot be used: it is RLIMIT_AS, an address-space limit,
+and a worker with rocksdict open maps 0.7–1.4 GB of address space (thread stacks, allocator arena
+reservations, shared libraries) for ~150 MB resident, so RocksDB's threads cannot even start under
+a cap that small (see the watchdog's docstring).
 
-Measured (2026-11-22, PySpark 4.3.0): under a 1600 MB RLIMIT_AS the heap backend fails once its dicts
-hold ~150 MB of state (epoch 6: pickling the checkpoint raises MemoryError → StateSerializationError),
-so the cap is real. The RocksDB backend fails too, at its first epoch: an idle keyspan Python worker with
-rocksdict open already maps ~1.4 GB of virtual address space (VmSize; RSS ~150 MB), and RocksDB's
-threads then cannot start ("terminate called without an active exception"). An address-space cap tight
-enough to make 400 MB of state "10× the allowed memory" cannot even start RocksDB, and — read from
-keyspan/state/rocksdb.py `full_sections` and checkpoint/statefile.py `write` — a full snapshot (the
-compaction every few epochs) builds the subtask's whole encoded state in memory (dict of bytes, then
-one joined buffer), so RocksDB's peak memory still grows with the state. Hence the RocksDB test is a
-strict xfail that documents the gap; it starts passing (and must be un-marked) once both are fixed.
+The job (tests/jobs/big_state_job.py): KEYS keys × VALUE_BYTES incompressible bytes of ValueState =
+2.7 GB ≥ 10 × CAP, all held by one keyed subtask (parallelism 1, so one worker holds the whole
+state), 2,000 keys per epoch. RocksDB gets 16 MiB per worker (``set_fixed_memory_per_slot``); its full
+snapshots and deltas are built and pickled into the checkpoint file one key group at a time, so the
+worker's peak stays near its idle footprint (~150 MB: Python, pyarrow, pandas, rocksdict) plus
+RocksDB's budget plus one key group (~21 MB here). Measured (2026-11-22): peak ~212 MB, ~110 s under
+load. The committed state is then read back from the last checkpoint, a key group at a time, and
+every value checked.
+
+The heap counterpart runs the same job under the same cap and must be killed: its dicts hold the
+state in the worker.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from worker_memory_cap import WorkerMemoryCap  # noqa: E402
+
 JOB = Path(__file__).parent / "jobs" / "big_state_job.py"
-KEYS, VALUE_BYTES = 4000, 100_000  # 400 MB of state
-CAP = "1600m"                      # RLIMIT_AS of every Python worker
+CAP = 256 * 2**20                          # resident memory any Python worker may have
+KEYS, VALUE_BYTES = 27_000, 100_000        # 2.7 GB of state values
+PER_EPOCH = 2_000
+ROCKSDB_MEMORY = "16mb"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cap reads /proc")
 
 
-def _run(tmp_path: Path, backend: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, BIG_STATE_BACKEND=backend, BIG_STATE_WORKER_MEMORY=CAP, BIG_STATE_KEYS=str(KEYS),
-               BIG_STATE_VALUE_BYTES=str(VALUE_BYTES), BIG_STATE_PER_EPOCH="250")
-    return subprocess.run([sys.executable, "-m", "keyspan", "run", str(JOB), "--workdir", str(tmp_path / "w"),
-                           "--no-progress"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+def _run(tmp_path: Path, backend: str, timeout: float) -> tuple[subprocess.CompletedProcess, WorkerMemoryCap]:
+    env = dict(os.environ, BIG_STATE_BACKEND=backend, BIG_STATE_KEYS=str(KEYS), BIG_STATE_VALUE_BYTES=str(VALUE_BYTES),
+               BIG_STATE_PER_EPOCH=str(PER_EPOCH), BIG_STATE_PARALLELISM="1", BIG_STATE_ROCKSDB_MEMORY=ROCKSDB_MEMORY,
+               BIG_STATE_ROCKSDB_DIR=str(tmp_path / "rocksdb"))
+    proc = subprocess.Popen([sys.executable, "-m", "keyspan", "run", str(JOB), "--workdir", str(tmp_path / "w"),
+                             "--no-progress"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    cap = WorkerMemoryCap(proc.pid, CAP).start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    finally:
+        cap.stop()
+    print(f"{backend}: {cap.summary()}, exit code {proc.returncode}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), cap
 
 
-def test_heap_backend_fails_under_the_worker_memory_cap(tmp_path):
-    done = _run(tmp_path, "heap")
-    assert "Setting mem limits to 1677721600" in done.stderr, "the RLIMIT_AS cap was not applied to the workers"
-    assert done.returncode != 0, "400 MB of heap state fit under the cap: the cap is not real"
-    assert "MemoryError" in done.stderr or "cannot be serialized" in done.stderr, done.stderr[-3000:]
+def _read_back(workdir: Path) -> tuple[int, int]:
+    """(keys, value bytes) of the last checkpoint of 'big-state', reading one key group at a time and
+    checking every value against the job's ``value_of``."""
+    from keyspan.checkpoint import statefile
+    from keyspan.checkpoint.metadata import MetadataStore, default_url
+    from keyspan.checkpoint.storage import Storage
+    from keyspan.state import serde
 
-
-@pytest.mark.xfail(strict=True, reason="RocksDB worker needs >1.6 GB address space to start its threads, and "
-                   "full snapshots materialize the subtask's encoded state in memory (see module docstring)")
-def test_rocksdb_backend_runs_state_ten_times_the_cap_to_completion(tmp_path):
-    done = _run(tmp_path, "rocksdb")
-    assert "Setting mem limits to 1677721600" in done.stderr
-    assert done.returncode == 0, done.stderr[-3000:]
     sys.path.insert(0, str(JOB.parent))
-    from keyspan.checkpoint.metadata import default_url
-    from keyspan.checkpoint.reader import latest_keyed_state
+    os.environ["BIG_STATE_VALUE_BYTES"] = str(VALUE_BYTES)
+    from big_state_job import value_of
 
-    os.environ.setdefault("BIG_STATE_WORKER_MEMORY", CAP)
-    workdir = tmp_path / "w"
-    state = latest_keyed_state(default_url(str(workdir)), "file://" + str(workdir / "checkpoints"), "big-state",
-                               "keep")["blob"]
-    assert len(state) == KEYS
-    import hashlib
+    checkpoint = MetadataStore(default_url(str(workdir))).latest_checkpoint("big-state")
+    storage = Storage("file://" + str(workdir / "checkpoints")).child("big-state")
+    groups = range(checkpoint["max_parallelism"])
+    seen: dict[int, int] = {}
+    for h in sorted(checkpoint["manifest"]["keep"], key=lambda h: (h["epoch"], h["kind"] != "full")):
+        for _kg, payload in statefile.read_key_groups(storage, h["path"], groups):
+            for name, (puts, deletes) in serde.loads(payload).items():
+                assert name == "value" and not deletes
+                for key, value in puts.items():
+                    assert value == value_of(key), f"wrong value for key {key}"
+                    seen[key] = len(value)
+            del payload
+    return len(seen), sum(seen.values())
 
-    for key in (0, 1, 1234, KEYS - 1):
-        digest = hashlib.sha256(str(key).encode()).digest()
-        assert state[key] == (digest * (VALUE_BYTES // 32 + 1))[:VALUE_BYTES]
+
+def test_heap_backend_is_killed_under_the_worker_memory_cap(tmp_path):
+    done, cap = _run(tmp_path, "heap", timeout=300)
+    assert cap.violations, f"2.7 GB of heap state fit under a {CAP >> 20} MiB cap: the cap is not real ({cap.summary()})"
+    assert done.returncode != 0, "the job survived a worker killed for exceeding the cap"
+    assert "exited unexpectedly" in done.stderr or "crashed" in done.stderr, done.stderr[-3000:]
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_rocksdb_backend_runs_state_ten_times_the_cap_to_completion(tmp_path):
+    assert KEYS * VALUE_BYTES >= 10 * CAP
+    started = time.monotonic()
+    done, cap = _run(tmp_path, "rocksdb", timeout=480)
+    seconds = time.monotonic() - started
+    try:
+        assert not cap.violations, f"a worker went above the cap: {cap.summary()}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, done.stderr[-3000:]
+        # the watchdog watched the workers that held the state: they exist and grew beyond idle
+        assert cap.workers_seen >= 2 and cap.samples >= 20 and cap.max_peak > 150 * 2**20, cap.summary()
+        assert cap.max_peak <= CAP
+        keys, state_bytes = _read_back(tmp_path / "w")
+        assert keys == KEYS
+        assert state_bytes >= 10 * CAP
+        print(json.dumps({"state_bytes": state_bytes, "cap_bytes": CAP, "state_over_cap": round(state_bytes / CAP, 2),
+                          "peak_worker_rss_bytes": cap.max_peak, "seconds": round(seconds, 1)}))
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
