@@ -122,7 +122,7 @@ def test_window_results_do_not_depend_on_the_trigger_interval(workdir):
     one or two epochs. The results must be identical and equal to the reference."""
     from keyspan.datastream import SinkFunction, StreamExecutionEnvironment
     from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
-    from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options
+    from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
 
     data = [(k, 1000 + 37 * i - (i * 7919) % BOUND, i) for i, k in enumerate("abcab" * 8)]
     expected = reference_sums(data)
@@ -147,16 +147,21 @@ def test_window_results_do_not_depend_on_the_trigger_interval(workdir):
         _windowed(ds, 0).add_sink(Collect())
         job_name = f"interval-{interval}"
 
-        def feed():
-            for part in range(0, len(data), 8):
-                rows = data[part:part + 8] + ([("z", 10**9, 0)] if part + 8 >= len(data) else [])
-                tmp = folder / f".part-{part:03d}"
-                tmp.write_text("".join(f'{{"key": "{k}", "ts": {t}, "value": {v}}}\n' for k, t, v in rows))
-                tmp.rename(folder / f"part-{part:03d}.jsonl")
-                time.sleep(0.3)
+        def write(part):
+            rows = data[part:part + 8] + ([("z", 10**9, 0)] if part + 8 >= len(data) else [])
+            tmp = folder / f".part-{part:03d}"
+            tmp.write_text("".join(f'{{"key": "{k}", "ts": {t}, "value": {v}}}\n' for k, t, v in rows))
+            tmp.rename(folder / f"part-{part:03d}.jsonl")
 
-        writer = threading.Thread(target=feed)
+        def feed():
+            for part in range(8, len(data), 8):
+                time.sleep(0.3)
+                write(part)
+
+        write(0)
         job = BackgroundJob(env, job_name)
+        wait_for_checkpoints(job_name, 1, job=job)  # the job runs: the rest arrives while it does
+        writer = threading.Thread(target=feed)
         writer.start()
         deadline = time.time() + 120
         while len(got) < len(expected) and time.time() < deadline and job.thread.is_alive():
