@@ -1,6 +1,8 @@
 """PyFlink-compatible DataStream API: ``from keyspan.datastream import ...`` replaces ``pyflink.datastream``."""
 
 from keyspan.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
+from keyspan.datastream.output_tag import OutputTag
+from keyspan.datastream.timerservice import TimerService
 from keyspan.datastream.data_stream import (
     BroadcastConnectedStream,
     BroadcastStream,
@@ -83,5 +85,5 @@ __all__ = [
     "ProcessAllWindowFunction", "ProcessWindowFunction", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
     "PurgingTrigger", "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows",
     "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "Window",
-    "WindowAssigner", "WindowFunction", "WindowedStream",
+    "WindowAssigner", "WindowFunction", "WindowedStream", "OutputTag", "TimerService",
 ]

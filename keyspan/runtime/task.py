@@ -27,6 +27,7 @@ from keyspan.datastream.functions import (
     ProcessFunction,
     RuntimeContext,
 )
+from keyspan.datastream import timerservice
 from keyspan.datastream.functions import TimeDomain
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.runtime import event_time
@@ -170,10 +171,8 @@ class _RuntimeContext(RuntimeContext):
         return self._keyed(state_descriptor)
 
 
-class _Clock:
+class _Clock(timerservice.TimerService):
     """``timer_service()`` of an operator without keyed state: the clocks only, as in Flink."""
-
-    __slots__ = ("watermark",)
 
     def __init__(self, watermark: int = LONG_MIN):
         self.watermark = watermark

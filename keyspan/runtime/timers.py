@@ -13,6 +13,7 @@ import heapq
 import itertools
 import time
 
+from keyspan.datastream import timerservice
 from keyspan.runtime.event_time import LONG_MIN
 from keyspan.state.api import MapStateDescriptor
 
@@ -25,7 +26,7 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TimerService:
+class TimerService(timerservice.TimerService):
     """PyFlink's ``TimerService`` for one keyed operator instance (``ctx.timer_service()``)."""
 
     def __init__(self, backend):
