@@ -494,6 +494,48 @@ def test_full_snapshot_scans_one_key_group_at_a_time(make_rocks, monkeypatch):
     assert seen == sorted({assign_to_key_group(i, MAX_P) for i in range(200)})
 
 
+def test_restore_writes_a_large_key_group_in_bounded_batches(make_rocks, monkeypatch):
+    """restore_payload hands a key group to RocksDB in write batches of ~_Batch.LIMIT bytes, dropping
+    values from the decoded section as it goes; apply_section leaves a caller's section alone."""
+    from keyspan.state import rocksdb as rocks_module
+
+    source = make_rocks()
+    st = states(source)
+    keys = [i for i in range(300) if assign_to_key_group(i, MAX_P) == 3]
+    for i in keys:
+        at(source, i)
+        st["v"].update(bytes(1000))
+        st["m"].put(i, bytes(500))
+    source.confirm()
+    payload = source.full_sections()[3]
+    monkeypatch.setattr(rocks_module._Batch, "LIMIT", 10_000)
+    target = make_rocks()
+    writes = []
+    monkeypatch.setattr(target, "_db", _Spy(target._db, writes))
+    target.restore_payload(3, payload)
+    assert len(writes) >= len(keys) * 1500 // 10_000 and all(w <= 10_000 + 2000 for w in writes[:-1])
+    assert norm(target.all_sections()) == norm(source.all_sections())
+    section = pickle.loads(payload)
+    again = make_rocks()
+    again.apply_section(3, section)
+    assert section == pickle.loads(payload)  # not consumed
+    assert norm(again.all_sections()) == norm(source.all_sections())
+
+
+class _Spy:
+    """A Rdict stand-in that records the size of every write batch."""
+
+    def __init__(self, db, writes):
+        self._db, self._writes = db, writes
+
+    def write(self, wb):
+        self._writes.append(wb.size_in_bytes())
+        return self._db.write(wb)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
 def test_keys_of_scans_one_state_without_decoding_the_others(make_rocks, monkeypatch):
     """keys_of (timers, apply_to_keyed_state) reads the keys of one state only, as the heap backend
     lists them, instead of decoding every state's values."""

@@ -254,6 +254,43 @@ def _prepare_pid_dir(root: str) -> str:
     return pid_dir
 
 
+def _drain(d: dict):
+    """Items of ``d``, each removed as it is yielded (so it can be freed once used)."""
+    while d:
+        yield d.popitem()
+
+
+class _Batch:
+    """A write batch that is written out whenever it holds about ``LIMIT`` bytes: restores apply a key
+    group in pieces, so memory holds the decoded section plus one piece, whatever the key group's size."""
+
+    LIMIT = 4 << 20
+    __slots__ = ("_backend", "_wb", "_bytes")
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._wb = backend._rd.WriteBatch(raw_mode=True)
+        self._bytes = 0
+
+    def put(self, k: bytes, v: bytes) -> None:
+        self._wb.put(k, v)
+        self._bytes += len(k) + len(v)
+        if self._bytes >= self.LIMIT:
+            self.flush()
+
+    def delete(self, k: bytes) -> None:
+        self._wb.delete(k)
+        self._bytes += len(k) + 16
+        if self._bytes >= self.LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._bytes:
+            self._backend._db.write(self._wb)
+            self._wb = self._backend._rd.WriteBatch(raw_mode=True)
+            self._bytes = 0
+
+
 # --- state objects -------------------------------------------------------------------------------
 
 class _RocksState:
@@ -1135,21 +1172,29 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return LazySections(self.key_groups, produce, self._encode_section,
                             nonempty=None if horizons else nonempty, dump=self._dump_section)
 
-    def apply_section(self, key_group: int, section: dict) -> None:
+    def restore_payload(self, key_group: int, payload: bytes) -> None:
+        """Restore an encoded section, handing each value to RocksDB and dropping it from the decoded
+        section as it goes, so memory holds the payload, what is left of the section and one batch."""
+        self.apply_section(key_group, serde.loads(payload), _consume=True)
+
+    def apply_section(self, key_group: int, section: dict, _consume: bool = False) -> None:
         """Restore a section. A registered state gets its values in its own form (plain values
         restored into a TTL-enabled state are stamped with the current time and carried by the next
-        delta); a state not registered yet keeps the form it came in until it is registered."""
+        delta); a state not registered yet keeps the form it came in until it is registered. Written
+        in batches of ~4 MB (``_Batch``), so a large key group never sits whole in a write batch and
+        a memtable on top of its decoded section."""
         if key_group not in self.key_groups:
             return
         kgb = _U16.pack(key_group)
-        wb = self._rd.WriteBatch(raw_mode=True)
+        wb = _Batch(self)
         for name, (puts, deletes) in section.items():
+            entries = _drain(puts) if _consume else puts.items()
             meta = self._meta_for(name)
             base = kgb + meta.sid
             policy = meta.ttl
             now = None if policy is None else policy.now(self)
             if meta.is_map:
-                for ukey, m in puts.items():
+                for ukey, m in entries:
                     if not isinstance(m, dict):
                         raise TypeError(
                             f"operator '{self.operator}': map state '{name}' restored with a "
@@ -1172,7 +1217,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                         wb.delete(k)
             else:
                 kind = meta.kind
-                for ukey, value in puts.items():
+                for ukey, value in entries:
                     if kind is None:  # not registered: keep the form, remember it for registration
                         if _is_ttl_form(value):
                             meta.restored_ttl = True
@@ -1189,7 +1234,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                         wb.put(k, _encode(stamped))
                 for ukey in deletes:
                     wb.delete(base + encode_key(ukey))
-        self._db.write(wb)
+        wb.flush()
 
     # -- epochs -----------------------------------------------------------------------------------
     def confirm(self) -> None:
