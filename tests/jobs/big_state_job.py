@@ -4,7 +4,7 @@ BIG_STATE_KEYS keys, each keeping BIG_STATE_VALUE_BYTES of incompressible bytes 
 keys per epoch, BIG_STATE_PARALLELISM subtasks of the keyed operator (default 1: one worker holds
 the whole state). BIG_STATE_BACKEND = rocksdb | heap; BIG_STATE_ROCKSDB_MEMORY sets RocksDB's
 memory per worker (``get_memory_configuration().set_fixed_memory_per_slot``), BIG_STATE_ROCKSDB_DIR
-where its files go.
+where its files go; BIG_STATE_MAX_PARALLELISM and BIG_STATE_RETAINED (checkpoints kept) when set.
 
 The cap itself is applied from outside (tests/worker_memory_cap.py watches the workers' resident
 memory), so the job runs on keyspan's ordinary local SparkSession (local[2]: a task that fails —
@@ -26,6 +26,8 @@ BACKEND = os.environ.get("BIG_STATE_BACKEND", "rocksdb")
 ROCKSDB_MEMORY = os.environ.get("BIG_STATE_ROCKSDB_MEMORY", "")
 PARALLELISM = int(os.environ.get("BIG_STATE_PARALLELISM", "1"))
 ROCKSDB_DIR = os.environ.get("BIG_STATE_ROCKSDB_DIR", "")  # where RocksDB keeps its files (default: temp dir)
+MAX_PARALLELISM = int(os.environ.get("BIG_STATE_MAX_PARALLELISM", "0"))  # 0: keyspan's default (128)
+RETAINED = int(os.environ.get("BIG_STATE_RETAINED", "0"))  # checkpoints kept (0: default 3)
 
 _POOL: list = []
 
@@ -67,6 +69,10 @@ def backend():
 if __name__ == "__main__":
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(PARALLELISM)
+    if MAX_PARALLELISM:
+        env.set_max_parallelism(MAX_PARALLELISM)
+    if RETAINED:
+        env.get_checkpoint_config().set_num_retained_checkpoints(RETAINED)
     env.set_max_records_per_epoch(PER_EPOCH)
     env.set_state_backend(backend())
     (env.from_collection(list(range(KEYS))).uid("keys")
