@@ -126,7 +126,7 @@ class JobRunner:
         self._files_lock = threading.Lock()
         self._in_epoch = False
         self.checkpoint_failures = 0  # consecutive epochs whose checkpoint could not be written
-        self.restored_bytes: dict[tuple[int, int], int] = {}  # (stage, subtask) → state bytes read at restore
+        self.restored_bytes: dict[tuple[int, int], int] = {}  # (stage, subtask) → state bytes its first epoch read
 
     # -- set-up ---------------------------------------------------------------------------------
     def _start_fresh(self) -> None:
@@ -562,9 +562,9 @@ class JobRunner:
         records = 0
         bytes_written = 0
         for (stage_id, subtask), report in reports.items():
-            if report.get("restored_bytes"):
-                self.restored_bytes[(stage_id, subtask)] = (self.restored_bytes.get((stage_id, subtask), 0)
-                                                            + report["restored_bytes"])
+            if report.get("restored_bytes") and self.progress.epochs == 0:
+                # the run's restore; later reads are caches rebuilt on other workers or catch-ups
+                self.restored_bytes[(stage_id, subtask)] = report["restored_bytes"]
             handles.extend(report["handles"])
             tokens.update(report["tokens"])
             event_time.merge_reports(splits, report.get("splits", {}))

@@ -440,6 +440,7 @@ def _restore(backend, handles: list[dict], key_groups: range, storage, after_epo
             continue
         for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
             backend.restore_payload(kg, payload)
+            del payload  # not held while the next key group is read
     return stats.bytes_read
 
 
