@@ -48,13 +48,13 @@ from datetime import datetime, timezone
 from keyspan.common import Duration, Time, WatermarkStrategy
 from keyspan.datastream import (
     AggregateFunction,
+    OutputTag,
     ProcessWindowFunction,
     SinkFunction,
     StreamExecutionEnvironment,
     TumblingEventTimeWindows,
 )
 from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
-from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.runtime import options as run_options
 
