@@ -377,3 +377,25 @@ def test_event_time_ttl_expires_state_as_the_job_watermark_advances(env):
     # so b2 (watermark 1449) sees it; a2 stamped at 1399 has expired by a3 (watermark 2099)
     assert out["a1"] == (None, LONG_MIN) and out["a2"] == (None, 1399)
     assert out["b2"] == (1400, 1449) and out["a3"] == (None, 2099)
+
+
+def test_bounded_from_spark_input_ends_with_a_final_watermark(env, spark, workdir):
+    """A from_spark source's offsets cannot say that its input ended: after Spark's available-now run,
+    one more epoch without records moves every watermark to Long.MAX, so the last windows fire."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from keyspan.common import Time
+    from keyspan.datastream.window import TumblingEventTimeWindows
+
+    folder = workdir / "parquet"
+    folder.mkdir()
+    pq.write_table(pa.table({"key": [1, 1, 2], "ts": [1000, 2000, 65000], "value": [1, 2, 4]}),
+                   str(folder / "part-0.parquet"))
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, _: r.ts)
+    stream = env.from_spark(spark.readStream.schema("key long, ts long, value long").parquet(str(folder)),
+                            bounded=True)
+    out = stream.assign_timestamps_and_watermarks(strategy).map(lambda r: (r.key, r.value)) \
+        .key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(Time.minutes(1))) \
+        .reduce(lambda a, b: (a[0], a[1] + b[1])).execute_and_collect()
+    assert sorted(out) == [(1, 3), (2, 4)]

@@ -228,6 +228,10 @@ class MetadataStore:
                             ).mappings().first()
             return dict(row) if row else None
 
+    def shift_epoch_base(self, run_id: str, by: int) -> None:
+        with self.engine.begin() as c:
+            c.execute(update(runs).where(runs.c.run_id == run_id).values(epoch_base=runs.c.epoch_base + by))
+
     def resume_run(self, run_id: str) -> None:
         with self.engine.begin() as c:
             c.execute(update(runs).where(runs.c.run_id == run_id).values(status="RUNNING", ended_at=None, error=None))

@@ -245,6 +245,11 @@ class JobRunner:
                 api.close()
         if self.failure is not None and not self.control.stopped:
             self._fail(self.failure)
+        if bounded and not self.control.stopped and self._input_end_pending():
+            try:
+                self._end_of_input(stream.schema)
+            except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
+                self._fail(self.failure or exc)
         self.store.end_run(self.run_info["run_id"], status)
         last = self.committed["epoch"] if self.committed else None
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
@@ -391,17 +396,35 @@ class JobRunner:
         if self.control.stopped:
             # never return normally here: Spark would record the batch as done without its data
             raise RuntimeError(f"job '{self.job_id}' is stopping; epoch left for the next run")
+        epoch = self.run_info["epoch_base"] + batch_id
+        if self.committed is not None and epoch <= self.committed["epoch"]:
+            self.progress.skipped += 1
+            return  # replayed by Spark after a crash; this epoch already committed
+        self._process_epoch(batch_df, epoch, self._read_offsets(batch_id))
+
+    def _end_of_input(self, schema) -> None:
+        """Bounded input that ended without every watermark origin seeing its end (a ``from_spark``
+        source's offsets cannot tell): one more epoch without records, with every watermark at
+        Long.MAX, fires the remaining event-time timers and windows. The run's Spark batches shift
+        by one first, so a resumed run never maps a batch onto this epoch."""
+        self.store.shift_epoch_base(self.run_info["run_id"], 1)
+        self.run_info["epoch_base"] += 1
+        empty = self.spark.createDataFrame([], schema)
+        self._process_epoch(empty, self.committed["epoch"] + 1, self.committed["source_offsets"], end_of_input=True)
+
+    def _input_end_pending(self) -> bool:
+        if self.committed is None or not any(s.plan.keyed for s in self.plan.stages):
+            return False
+        marks = self.committed.get("event_time") or {}
+        return any(marks.get(uid, {}).get("wm") != event_time.LONG_MAX for uid in self.plan.origins)
+
+    def _process_epoch(self, batch_df, epoch: int, offsets, end_of_input: bool = False) -> None:
         self._in_epoch = True
         try:
-            epoch = self.run_info["epoch_base"] + batch_id
-            if self.committed is not None and epoch <= self.committed["epoch"]:
-                self.progress.skipped += 1
-                return  # replayed by Spark after a crash; this epoch already committed
-            offsets = self._read_offsets(batch_id)
             inconsistent = 0
             while True:
                 try:
-                    rows = self._execute_epoch(batch_df, epoch, offsets)
+                    rows = self._execute_epoch(batch_df, epoch, offsets, end_of_input)
                     reports = collect_control([r for r in rows["control"]])
                     self._check_complete(reports)
                     break
@@ -434,11 +457,12 @@ class JobRunner:
         print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.checkpoint_failures} of "
               f"{tolerable} tolerated, running the epoch again", file=sys.stderr)
 
-    def _time_context(self, offsets) -> dict:
+    def _time_context(self, offsets, end_of_input: bool = False) -> dict:
         """What every task needs to compute the watermarks after this epoch exactly as the driver will."""
         done = {int(i) for i, offset in (offsets or {}).items()
                 if int(i) in self.readers and self.readers[int(i)].exhausted(offset)}
-        finished = [uid for uid, o in self.plan.origins.items() if o["sources"] and set(o["sources"]) <= done]
+        finished = [uid for uid, o in self.plan.origins.items()
+                    if end_of_input or (o["sources"] and set(o["sources"]) <= done)]
         return {"origins": self.plan.origins, "state": (self.committed or {}).get("event_time") or {},
                 "now": int(time.time() * 1000), "finished": finished}
 
@@ -459,12 +483,12 @@ class JobRunner:
             json.dump({"wake_at": min(wake) if wake else None}, f)
         os.replace(tmp, path)
 
-    def _execute_epoch(self, batch_df, epoch: int, offsets=None) -> dict:
+    def _execute_epoch(self, batch_df, epoch: int, offsets=None, end_of_input: bool = False) -> dict:
         from pyspark.sql import functions as F
 
         plan = self.plan
         committed = self.committed
-        time_ctx = self._time_context(offsets)
+        time_ctx = self._time_context(offsets, end_of_input)
         ectx = {
             "run_id": self.run_info["run_id"],
             "epoch": epoch,
