@@ -399,3 +399,20 @@ def test_bounded_from_spark_input_ends_with_a_final_watermark(env, spark, workdi
         .key_by(lambda r: r[0]).window(TumblingEventTimeWindows.of(Time.minutes(1))) \
         .reduce(lambda a, b: (a[0], a[1] + b[1])).execute_and_collect()
     assert sorted(out) == [(1, 3), (2, 4)]
+
+
+def test_pyflink_time_settings_are_accepted_and_job_parameters_reach_functions(env):
+    from keyspan.datastream import MapFunction, TimeCharacteristic
+
+    env.set_stream_time_characteristic(TimeCharacteristic.EventTime)
+    assert env.get_stream_time_characteristic() is TimeCharacteristic.EventTime
+    env.get_config().set_auto_watermark_interval(100).set_global_job_parameters({"factor": 3})
+
+    class Scale(MapFunction):
+        def open(self, runtime_context):
+            self.factor = int(runtime_context.get_job_parameter("factor", "1"))
+
+        def map(self, value):
+            return value * self.factor
+
+    assert sorted(env.from_collection([1, 2]).map(Scale()).execute_and_collect()) == [3, 6]

@@ -5,7 +5,8 @@ from keyspan.common.typeinfo import Types
 from keyspan.common.types import Row
 from keyspan.common.serialization import Encoder, SimpleStringSchema
 from keyspan.common.configuration import Configuration
+from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
-__all__ = ["Row", "Types", "Duration", "Time", "Encoder", "SimpleStringSchema", "Configuration",
+__all__ = ["Row", "Types", "Duration", "Time", "Encoder", "SimpleStringSchema", "Configuration", "ExecutionConfig",
            "TimestampAssigner", "WatermarkStrategy"]

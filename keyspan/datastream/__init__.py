@@ -2,6 +2,7 @@
 
 from keyspan.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
 from keyspan.datastream.output_tag import OutputTag
+from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.timerservice import TimerService
 from keyspan.datastream.data_stream import (
     BroadcastConnectedStream,
@@ -86,4 +87,5 @@ __all__ = [
     "PurgingTrigger", "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows",
     "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "Window",
     "WindowAssigner", "WindowFunction", "WindowedStream", "OutputTag", "TimerService",
+    "TimeCharacteristic",
 ]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 
+from keyspan.common.execution_config import ExecutionConfig
 from keyspan.datastream.checkpoint_config import CheckpointConfig
+from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.data_stream import DataStream
 from keyspan.runtime import options as run_options
 from keyspan.runtime.graph import Transformation
@@ -46,6 +48,8 @@ class StreamExecutionEnvironment:
         self._state_backend = HashMapStateBackend()
         self._max_records_per_epoch: int | None = None
         self._spark = None
+        self._config = ExecutionConfig()
+        self._time_characteristic = TimeCharacteristic.EventTime
 
     @staticmethod
     def get_execution_environment(configuration=None) -> "StreamExecutionEnvironment":
@@ -83,6 +87,19 @@ class StreamExecutionEnvironment:
 
     def get_checkpoint_config(self) -> CheckpointConfig:
         return self._checkpoint_config
+
+    def get_config(self) -> ExecutionConfig:
+        return self._config
+
+    def set_stream_time_characteristic(self, characteristic: TimeCharacteristic) -> "StreamExecutionEnvironment":
+        """Deprecated in Flink and accepted here: streams with a WatermarkStrategy run in event time."""
+        if not isinstance(characteristic, TimeCharacteristic):
+            raise TypeError(f"expected a TimeCharacteristic, got {characteristic!r}")
+        self._time_characteristic = characteristic
+        return self
+
+    def get_stream_time_characteristic(self) -> TimeCharacteristic:
+        return self._time_characteristic
 
     def get_checkpoint_interval(self) -> int:
         return self._checkpoint_config.interval_ms

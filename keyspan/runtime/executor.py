@@ -500,6 +500,7 @@ class JobRunner:
             "max_chain": self.checkpoint_config.max_delta_chain,
             "full_all": self.parallel_changed,
             "time": time_ctx,
+            "job_parameters": self.env.get_config().get_global_job_parameters(),
         }
         outputs = {}
         consumers = {s.plan.stage_id: 0 for s in plan.stages}

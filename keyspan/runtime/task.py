@@ -385,7 +385,7 @@ class OperatorInstance:
     its function may mirror that state in fields (Flink restarts such a task from the checkpoint)."""
 
     def __init__(self, op, plan: StagePlan, subtask: int, attempt: int, backend_spec, key_groups: range | None,
-                 cache_key: tuple):
+                 cache_key: tuple, job_parameters: dict | None = None):
         self.op = op
         self.key_groups = key_groups
         self.cache_key = cache_key
@@ -400,7 +400,7 @@ class OperatorInstance:
         self.timers = TimerService(self.backend) if self.backend is not None else None
         self.fires_timers = _overrides_on_timer(self.function)
         self.runtime_context = _RuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
-                                               self.backend)
+                                               self.backend, job_parameters)
         self.version = None  # last epoch whose state this instance holds, confirmed
         self.pending = None  # (epoch, token) written but not yet known to be committed
         self.opened = False
@@ -713,7 +713,7 @@ class StageTask:
         fn = op.function
         if hasattr(fn, "open"):
             fn.open(_RuntimeContext(op, self.subtask, self.plan.parallelism, self.plan.max_parallelism,
-                                    self.attempt))
+                                    self.attempt, job_parameters=self.ectx.get("job_parameters")))
         return fn
 
     def _plain_function(self, op):
@@ -751,7 +751,8 @@ class StageTask:
                 else:
                     inst = None
         if inst is None:
-            inst = OperatorInstance(op, plan, self.subtask, self.attempt, ectx["backend"], key_groups, cache_key)
+            inst = OperatorInstance(op, plan, self.subtask, self.attempt, ectx["backend"], key_groups, cache_key,
+                                    ectx.get("job_parameters"))
             if keyed:
                 self.restored_bytes += _restore(inst.backend, handles, key_groups, self.storage)
             inst.version = committed
