@@ -59,7 +59,7 @@ class SourceReader:
 
     def exhausted(self, offset: dict | None) -> bool:
         end = self.end_offset()
-        return end is not None and offset is not None and {k: v for k, v in offset.items() if k != TICK} == end
+        return end is not None and offset is not None and _without_tick(offset) == end
 
 
 class KeyspanSource:
@@ -201,10 +201,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = self.reader.latest_offset(start, limit.max_files)
         else:
             end = self.reader.latest_offset(start, None)
-        if self.wake_file and end == {k: v for k, v in start.items() if k != TICK} and _wake_due(self.wake_file):
+        if end != _without_tick(start):
+            return end
+        if self.wake_file and _wake_due(self.wake_file):
             # no new records, but processing-time timers or idle-split timeouts are due: an empty epoch
             return {**end, TICK: start.get(TICK, 0) + 1}
-        return start if end == {k: v for k, v in start.items() if k != TICK} else end
+        return start
 
     def prepareForTriggerAvailableNow(self):
         """Bounded sources never read past their end, so there is no target to record."""
@@ -217,6 +219,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end):
         pass
+
+
+def _without_tick(offset: dict) -> dict:
+    return {k: v for k, v in offset.items() if k != TICK}
 
 
 def _wake_due(path: str) -> bool:

@@ -376,25 +376,75 @@ class _Sum(ReduceFunction):
         return value1 + value2
 
 
-class ContinuousEventTimeTrigger(Trigger):
-    """Fires repeatedly every ``interval`` of event time (aligned to multiples of the interval), and
-    at the end of the window."""
+class _ContinuousTrigger(Trigger):
+    """Fires every ``interval`` of one time domain; the next firing time is partitioned state, so it
+    merges (smallest wins) when session windows merge. Subclasses name the domain's timer calls."""
 
     def __init__(self, interval: int):
-        self.interval = _positive(interval, "interval", "ContinuousEventTimeTrigger")
+        self.interval = _positive(interval, "interval", type(self).__name__)
         self.state_desc = ReducingStateDescriptor("fire-time", _Min())
+
+    def _register(self, ctx, time): ...
+
+    def _delete(self, ctx, time): ...
+
+    def _fire_if_due(self, time, window, ctx):
+        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
+        if fire_timestamp.get() == time:
+            fire_timestamp.clear()
+            self._register_next_fire_timestamp(time, window, ctx, fire_timestamp)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def _start(self, time, window, ctx):
+        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
+        if fire_timestamp.get() is None:
+            self._register_next_fire_timestamp(time - (time % self.interval), window, ctx, fire_timestamp)
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window, ctx):
+        ctx.merge_partitioned_state(self.state_desc)
+        next_fire = ctx.get_partitioned_state(self.state_desc).get()
+        if next_fire is not None:
+            self._register(ctx, next_fire)
+
+    def clear(self, window, ctx):
+        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
+        timestamp = fire_timestamp.get()
+        if timestamp is not None:
+            self._delete(ctx, timestamp)
+            fire_timestamp.clear()
+
+    def _register_next_fire_timestamp(self, time, window, ctx, fire_timestamp: ReducingState):
+        next_fire = min(time + self.interval, window.max_timestamp())
+        fire_timestamp.add(next_fire)
+        self._register(ctx, next_fire)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.interval})"
+
+
+class ContinuousEventTimeTrigger(_ContinuousTrigger):
+    """Fires repeatedly every ``interval`` of event time (aligned to multiples of the interval), and
+    at the end of the window."""
 
     @staticmethod
     def of(interval) -> "ContinuousEventTimeTrigger":
         return ContinuousEventTimeTrigger(_millis(interval, "interval"))
 
+    def _register(self, ctx, time):
+        ctx.register_event_time_timer(time)
+
+    def _delete(self, ctx, time):
+        ctx.delete_event_time_timer(time)
+
     def on_element(self, element, timestamp, window, ctx):
         if window.max_timestamp() <= ctx.get_current_watermark():
             return TriggerResult.FIRE  # the watermark is already past the window: fire at once
         ctx.register_event_time_timer(window.max_timestamp())
-        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
-        if fire_timestamp.get() is None:
-            self._register_next_fire_timestamp(timestamp - (timestamp % self.interval), window, ctx, fire_timestamp)
+        self._start(timestamp, window, ctx)
         return TriggerResult.CONTINUE
 
     def on_processing_time(self, time, window, ctx):
@@ -403,90 +453,31 @@ class ContinuousEventTimeTrigger(Trigger):
     def on_event_time(self, time, window, ctx):
         if time == window.max_timestamp():
             return TriggerResult.FIRE
-        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
-        if fire_timestamp.get() == time:
-            fire_timestamp.clear()
-            self._register_next_fire_timestamp(time, window, ctx, fire_timestamp)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window, ctx):
-        ctx.merge_partitioned_state(self.state_desc)
-        next_fire = ctx.get_partitioned_state(self.state_desc).get()
-        if next_fire is not None:
-            ctx.register_event_time_timer(next_fire)
-
-    def clear(self, window, ctx):
-        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
-        timestamp = fire_timestamp.get()
-        if timestamp is not None:
-            ctx.delete_event_time_timer(timestamp)
-            fire_timestamp.clear()
-
-    def _register_next_fire_timestamp(self, time, window, ctx, fire_timestamp: ReducingState):
-        next_fire = min(time + self.interval, window.max_timestamp())
-        fire_timestamp.add(next_fire)
-        ctx.register_event_time_timer(next_fire)
-
-    def __repr__(self):
-        return f"ContinuousEventTimeTrigger({self.interval})"
+        return self._fire_if_due(time, window, ctx)
 
 
-class ContinuousProcessingTimeTrigger(Trigger):
+class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
     """Fires repeatedly every ``interval`` of processing (wall-clock) time."""
-
-    def __init__(self, interval: int):
-        self.interval = _positive(interval, "interval", "ContinuousProcessingTimeTrigger")
-        self.state_desc = ReducingStateDescriptor("fire-time", _Min())
 
     @staticmethod
     def of(interval) -> "ContinuousProcessingTimeTrigger":
         return ContinuousProcessingTimeTrigger(_millis(interval, "interval"))
 
+    def _register(self, ctx, time):
+        ctx.register_processing_time_timer(time)
+
+    def _delete(self, ctx, time):
+        ctx.delete_processing_time_timer(time)
+
     def on_element(self, element, timestamp, window, ctx):
-        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
-        now = ctx.get_current_processing_time()
-        if fire_timestamp.get() is None:
-            self._register_next_fire_timestamp(now - (now % self.interval), window, ctx, fire_timestamp)
+        self._start(ctx.get_current_processing_time(), window, ctx)
         return TriggerResult.CONTINUE
 
     def on_processing_time(self, time, window, ctx):
-        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
-        if fire_timestamp.get() == time:
-            fire_timestamp.clear()
-            self._register_next_fire_timestamp(time, window, ctx, fire_timestamp)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
+        return self._fire_if_due(time, window, ctx)
 
     def on_event_time(self, time, window, ctx):
         return TriggerResult.CONTINUE
-
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window, ctx):
-        ctx.merge_partitioned_state(self.state_desc)
-        next_fire = ctx.get_partitioned_state(self.state_desc).get()
-        if next_fire is not None:
-            ctx.register_processing_time_timer(next_fire)
-
-    def clear(self, window, ctx):
-        fire_timestamp = ctx.get_partitioned_state(self.state_desc)
-        timestamp = fire_timestamp.get()
-        if timestamp is not None:
-            ctx.delete_processing_time_timer(timestamp)
-            fire_timestamp.clear()
-
-    def _register_next_fire_timestamp(self, time, window, ctx, fire_timestamp: ReducingState):
-        next_fire = min(time + self.interval, window.max_timestamp())
-        fire_timestamp.add(next_fire)
-        ctx.register_processing_time_timer(next_fire)
-
-    def __repr__(self):
-        return f"ContinuousProcessingTimeTrigger({self.interval})"
 
 
 class PurgingTrigger(Trigger):

@@ -247,20 +247,8 @@ class _BoundReducing(ReducingState):
         self._ns.clear_ns(self._w)
 
 
-class _BoundAggregating(AggregatingState):
-    __slots__ = ("_ns", "_w")
-
-    def __init__(self, ns, window):
-        self._ns, self._w = ns, window
-
-    def get(self):
-        return self._ns.get_ns(self._w)
-
-    def add(self, value) -> None:
-        self._ns.add_ns(self._w, value)
-
-    def clear(self) -> None:
-        self._ns.clear_ns(self._w)
+class _BoundAggregating(_BoundReducing, AggregatingState):
+    __slots__ = ()
 
 
 class _BoundMap(MapState):

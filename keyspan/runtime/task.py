@@ -211,19 +211,21 @@ class _KeyedContext(KeyedProcessFunction.Context):
         return self._timers
 
 
-class _OnTimerContext(_KeyedContext, KeyedProcessFunction.OnTimerContext):
-    __slots__ = ("domain", "firing")
+class _Firing:
+    """What an ``on_timer`` context adds: the firing timer's timestamp and domain (set by ``_fire_timers``)."""
 
-    def __init__(self, backend, cell, timers):
-        super().__init__(backend, cell, timers)
-        self.domain = TimeDomain.EVENT_TIME
-        self.firing = None
+    domain = TimeDomain.EVENT_TIME
+    firing = None
 
     def timestamp(self):
         return self.firing
 
     def time_domain(self):
         return self.domain
+
+
+class _OnTimerContext(_Firing, _KeyedContext, KeyedProcessFunction.OnTimerContext):
+    pass
 
 
 class _Context(ProcessFunction.Context):
@@ -333,17 +335,8 @@ class _KeyedBroadcastReadOnlyContext(_BroadcastContextBase, KeyedBroadcastProces
         return self._clock  # the instance's TimerService
 
 
-class _KeyedBroadcastOnTimerContext(_KeyedBroadcastReadOnlyContext, KeyedBroadcastProcessFunction.OnTimerContext):
-    def __init__(self, states, cell, clock, backend):
-        super().__init__(states, cell, clock, backend)
-        self.domain = TimeDomain.EVENT_TIME
-        self.firing = None
-
-    def timestamp(self):
-        return self.firing
-
-    def time_domain(self):
-        return self.domain
+class _KeyedBroadcastOnTimerContext(_Firing, _KeyedBroadcastReadOnlyContext, KeyedBroadcastProcessFunction.OnTimerContext):
+    pass
 
 
 class _KeyedBroadcastContext(_BroadcastContextBase, KeyedBroadcastProcessFunction.Context):
