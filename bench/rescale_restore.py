@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keyspan.checkpoint import statefile  # noqa: E402
-from keyspan.checkpoint.storage import Storage  # noqa: E402
+from keyspan.io.storage import Storage  # noqa: E402
 from keyspan.runtime.task import _restore  # noqa: E402
 from keyspan.state.api import ValueStateDescriptor  # noqa: E402
 from keyspan.state.heap import HeapKeyedStateBackend  # noqa: E402

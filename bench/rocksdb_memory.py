@@ -59,7 +59,7 @@ def status(*fields):
             out[k] = int(v.split()[0]) * 1024
     return out
 from keyspan.checkpoint.metadata import MetadataStore, default_url
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.runtime.task import _restore
 from keyspan.state.rocksdb import EmbeddedRocksDBStateBackend
 workdir, memory, rocks_dir = sys.argv[1:4]

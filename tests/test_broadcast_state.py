@@ -11,7 +11,7 @@ import pytest
 
 from keyspan.checkpoint.metadata import MetadataStore
 from keyspan.checkpoint.reader import read_keyed_state
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.common import Encoder
 from keyspan.connectors.sources import CollectionSource
 from keyspan.datastream import (

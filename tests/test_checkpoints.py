@@ -8,7 +8,7 @@ import pytest
 
 from keyspan.checkpoint.metadata import MetadataStore
 from keyspan.checkpoint.reader import read_keyed_state
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.datastream import KeyedProcessFunction
 from keyspan.datastream.connectors.file_system import DiscardingSink, FileSource, StreamFormat
 from keyspan.datastream.state import ValueStateDescriptor

@@ -13,7 +13,7 @@ import pytest
 from keyspan.checkpoint.coordinator import next_manifest
 from keyspan.checkpoint.metadata import MetadataStore
 from keyspan.checkpoint.savepoint import load_savepoint
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.common import Encoder
 from keyspan.datastream import (
     CheckpointedFunction,

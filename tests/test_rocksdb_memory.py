@@ -71,8 +71,8 @@ def _read_back(workdir: Path) -> tuple[int, int]:
     checking every value against the job's ``value_of``."""
     from keyspan.checkpoint import statefile
     from keyspan.checkpoint.metadata import MetadataStore, default_url
-    from keyspan.checkpoint.storage import Storage
-    from keyspan.state import serde
+    from keyspan.io.storage import Storage
+    from keyspan.io import serde
 
     sys.path.insert(0, str(JOB.parent))
     os.environ["BIG_STATE_VALUE_BYTES"] = str(VALUE_BYTES)

@@ -15,7 +15,7 @@ import pytest
 
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.reader import latest_keyed_state
-from keyspan.checkpoint.storage import Storage, StorageError
+from keyspan.io.storage import Storage, StorageError
 from keyspan.common import Encoder
 from keyspan.datastream import KeyedProcessFunction
 from keyspan.datastream.connectors.file_system import FileSink
@@ -331,7 +331,7 @@ def test_write_and_read_retry_until_endpoint_comes_up(s3):
     port = _free_port()
     options = {**s3.options, "endpoint_url": f"http://127.0.0.1:{port}", **NO_BOTO_RETRIES}
     st = Storage(f"s3://{s3.bucket}/{p}", options, attempts=8, backoff=0.1, max_backoff=1.0)
-    logger = logging.getLogger("keyspan.checkpoint.storage")
+    logger = logging.getLogger("keyspan.io.storage")
     servers = []
 
     def start():
@@ -364,7 +364,7 @@ def test_permanent_failure_names_the_file(s3, caplog):
     dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
     st = Storage(f"s3://{s3.bucket}/ckpts/job", {**s3.options, "endpoint_url": dead, **NO_BOTO_RETRIES},
                  attempts=3, backoff=0.01)
-    caplog.set_level(logging.WARNING, logger="keyspan.checkpoint.storage")
+    caplog.set_level(logging.WARNING, logger="keyspan.io.storage")
     url = f"s3://{s3.bucket}/ckpts/job/state/op/e0000000003-s0001-abc.full"
     with pytest.raises(StorageError, match="write of " + url + " failed after 3 attempt") as info:
         statefile.write(st, "state/op/e0000000003-s0001-abc.full", {0: b"x"})
@@ -376,7 +376,7 @@ def test_permanent_failure_names_the_file(s3, caplog):
 
 def test_permanent_errors_are_not_retried(s3, caplog):
     st = Storage(f"s3://{s3.bucket}/{_prefix()}", attempts=5, backoff=0.5)
-    caplog.set_level(logging.WARNING, logger="keyspan.checkpoint.storage")
+    caplog.set_level(logging.WARNING, logger="keyspan.io.storage")
     with pytest.raises(FileNotFoundError):
         st.read("missing.full")
     with pytest.raises(FileNotFoundError):
@@ -410,7 +410,7 @@ def _pieces(n: int, size: int, fail_after: int | None = None):
 
 
 def test_streamed_write_is_atomic_on_local_storage(tmp_path, monkeypatch):
-    monkeypatch.setattr("keyspan.checkpoint.storage.STREAM_CHUNK", 10_000)
+    monkeypatch.setattr("keyspan.io.storage.STREAM_CHUNK", 10_000)
     st = Storage(str(tmp_path / "ckpts"), attempts=3, backoff=0.0)
     expected = b"".join(_pieces(40, 1000))
     st.write_stream("a/small", _pieces(3, 1000))  # under the chunk: one plain write
@@ -440,7 +440,7 @@ def test_streamed_write_is_atomic_on_local_storage(tmp_path, monkeypatch):
 
 
 def test_statefile_streams_sections_and_reads_them_in_bounded_pieces(tmp_path, monkeypatch):
-    monkeypatch.setattr("keyspan.checkpoint.storage.STREAM_CHUNK", 10_000)
+    monkeypatch.setattr("keyspan.io.storage.STREAM_CHUNK", 10_000)
     st = Storage(str(tmp_path))
     sections = {kg: bytes([kg]) * (1000 + 37 * kg) for kg in range(64)}
     produced = []
@@ -477,7 +477,7 @@ def test_statefile_streams_sections_and_reads_them_in_bounded_pieces(tmp_path, m
 
 def test_streamed_write_on_s3_is_a_multipart_upload_published_whole(s3, s3_calls, monkeypatch):
     part = 5 * 2**20  # S3's smallest multipart part
-    monkeypatch.setattr("keyspan.checkpoint.storage.STREAM_CHUNK", part)
+    monkeypatch.setattr("keyspan.io.storage.STREAM_CHUNK", part)
     p = _prefix()
     st = Storage(f"s3://{s3.bucket}/{p}")
     calls = s3_calls(st)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import deque
 
 from keyspan.checkpoint.metadata import MetadataStore
-from keyspan.checkpoint.storage import Storage
-from keyspan.state import serde
+from keyspan.io.storage import Storage
+from keyspan.io import serde
 
 
 class InconsistentEpoch(RuntimeError):

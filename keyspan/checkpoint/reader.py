@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.metadata import MetadataStore
-from keyspan.checkpoint.storage import Storage
-from keyspan.state import serde
+from keyspan.io.storage import Storage
+from keyspan.io import serde
 
 
 def read_keyed_state(storage: Storage, manifest: dict, uid: str, max_parallelism: int) -> dict[str, dict]:

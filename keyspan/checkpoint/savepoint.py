@@ -14,7 +14,7 @@ import time
 import uuid
 
 from keyspan.checkpoint import statefile
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 
 FORMAT = "keyspan-savepoint/1"
 METADATA = "_metadata.json"

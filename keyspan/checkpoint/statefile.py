@@ -12,7 +12,7 @@ import io
 import json
 import struct
 
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 
 MAGIC = b"KSKG1\n"
 _TAIL = struct.Struct("<Q6s")

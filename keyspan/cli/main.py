@@ -293,7 +293,7 @@ def rescale(
 
 def _job_file_from_storage(info: dict) -> str:
     """The job's code as keyspan stored it (not the path it was first started from)."""
-    from keyspan.checkpoint.storage import Storage
+    from keyspan.io.storage import Storage
 
     copy = info.get("job_copy")
     if not copy:

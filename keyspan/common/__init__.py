@@ -6,7 +6,8 @@ from keyspan.common.types import Row
 from keyspan.common.serialization import Encoder, SimpleStringSchema
 from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
+from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
-__all__ = ["Row", "Types", "Duration", "Time", "Encoder", "SimpleStringSchema", "Configuration", "ExecutionConfig",
+__all__ = ["Row", "Types", "Duration", "Time", "Encoder", "SimpleStringSchema", "Configuration", "ExecutionConfig", "JobExecutionResult",
            "TimestampAssigner", "WatermarkStrategy"]

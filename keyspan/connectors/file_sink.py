@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.common.serialization import Encoder
 
 STAGING = ".staging"

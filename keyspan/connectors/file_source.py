@@ -14,7 +14,7 @@ import posixpath
 
 import pyarrow as pa
 
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.common.types import Row
 from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch
 

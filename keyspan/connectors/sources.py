@@ -18,10 +18,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.common.typeinfo import RowTypeInfo
 from keyspan.common.types import Row
-from keyspan.state import serde
+from keyspan.io import serde
 
 CHUNK = 4096
 TICK = "tick"  # an offset field that only advances to make Spark run an epoch without new records

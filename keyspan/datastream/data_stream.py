@@ -19,7 +19,7 @@ from keyspan.datastream.functions import (
     SinkFunction,
 )
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from keyspan.runtime.graph import Transformation
+from keyspan.datastream.transformation import Transformation
 
 
 def _as_callable(func, method: str, interface: type):

@@ -5,37 +5,14 @@ from __future__ import annotations
 import itertools
 
 from keyspan.common.execution_config import ExecutionConfig
+from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.datastream.checkpoint_config import CheckpointConfig
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.data_stream import DataStream
 from keyspan.runtime import options as run_options
-from keyspan.runtime.graph import Transformation
+from keyspan.datastream.transformation import Transformation
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
-
-
-class JobExecutionResult:
-    def __init__(self, job_id: str, job_name: str, net_runtime_ms: int, epochs: int, records: int,
-                 last_checkpoint: int | None):
-        self._job_id = job_id
-        self._job_name = job_name
-        self._net_runtime = net_runtime_ms
-        self.epochs = epochs
-        self.records = records
-        self.last_checkpoint = last_checkpoint
-
-    def get_job_id(self) -> str:
-        return self._job_id
-
-    def get_job_name(self) -> str:
-        return self._job_name
-
-    def get_net_runtime(self) -> int:
-        return self._net_runtime
-
-    def __repr__(self):
-        return (f"JobExecutionResult(job={self._job_id!r}, epochs={self.epochs}, records={self.records}, "
-                f"last_checkpoint={self.last_checkpoint}, runtime_ms={self._net_runtime})")
 
 
 class StreamExecutionEnvironment:

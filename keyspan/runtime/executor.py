@@ -21,6 +21,7 @@ from functools import reduce
 
 from keyspan.checkpoint.coordinator import InconsistentEpoch, Retention, collect_control, next_manifest
 from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.checkpoint.savepoint import (
     SavepointError,
     default_target,
@@ -28,14 +29,14 @@ from keyspan.checkpoint.savepoint import (
     restored_manifest,
     write_savepoint,
 )
-from keyspan.checkpoint.storage import Storage
+from keyspan.io.storage import Storage
 from keyspan.connectors.sources import KeyspanSource, SparkSource, source_dataframe
 from keyspan.runtime import event_time
 from keyspan.runtime import session as spark_session
 from keyspan.rest.server import start_api
 from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, compile_graph
 from keyspan.runtime.task import OUTPUT_DDL, UserFunctionError, make_stage_function
-from keyspan.state import serde
+from keyspan.io import serde
 from keyspan.state.keygroups import check_parallelism
 
 EPOCH_ATTEMPTS = 3
@@ -166,8 +167,6 @@ class JobRunner:
 
     # -- running ------------------------------------------------------------------------------
     def run(self):
-        from keyspan.datastream.stream_execution_environment import JobExecutionResult
-
         started = time.time()
         plan = compile_graph(self.env._transformations, self.parallelism, self.max_parallelism)
         self.plan = plan

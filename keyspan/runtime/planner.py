@@ -16,8 +16,8 @@ from typing import Any
 
 from keyspan.connectors.sources import SparkSource
 from keyspan.datastream.functions import CheckpointedFunction
-from keyspan.runtime.graph import Transformation, assign_uids
-from keyspan.state import serde
+from keyspan.datastream.transformation import Transformation, assign_uids
+from keyspan.io import serde
 
 DRIVER_EXIT = -1
 CONTROL_EXIT = -2

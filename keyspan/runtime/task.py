@@ -35,7 +35,7 @@ from keyspan.runtime.event_time import LONG_MIN
 from keyspan.runtime.planner import BROADCAST_KINDS, CONTROL_EXIT, DRIVER_EXIT, StagePlan, user_function
 from keyspan.runtime.timers import EVENT_TIME, PROCESSING_TIME, TimerService, wall_clock_ms
 from keyspan.state import operator as operator_state
-from keyspan.state import serde
+from keyspan.io import serde
 from keyspan.state.keygroups import (
     SEED,
     _hash_atom,

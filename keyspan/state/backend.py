@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import ItemsView, Mapping
 
 from keyspan.state.api import StateDescriptor
-from keyspan.state import serde
+from keyspan.io import serde
 from keyspan.state.ttl import LONG_MIN, wall_clock_ms
 
 

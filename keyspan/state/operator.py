@@ -21,7 +21,7 @@ from __future__ import annotations
 import pickle
 
 from keyspan.checkpoint import statefile
-from keyspan.state import serde
+from keyspan.io import serde
 from keyspan.state.api import (
     BroadcastState,
     ListState,

@@ -7,7 +7,7 @@ RocksDB entry per map entry: the user key is length-prefixed (4 bytes, big-endia
 by the serialized map key. So one key group is one contiguous key range, one state inside a key
 group is a contiguous range, and one map is a contiguous range: snapshots and restores read and
 write ranges, and a large map is never rewritten as a whole. Values are pickled
-(``keyspan.state.serde``).
+(``keyspan.io.serde``).
 
 Epochs. Writes go straight to RocksDB; the first time an epoch touches an entry, its previous
 bytes (or "absent") go into an in-memory undo log. ``rollback`` writes those bytes back,
@@ -46,7 +46,7 @@ import tempfile
 import uuid
 import weakref
 
-from keyspan.state import serde
+from keyspan.io import serde
 from keyspan.state.api import (
     AggregatingState,
     ListState,

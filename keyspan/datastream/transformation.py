@@ -1,4 +1,4 @@
-"""The logical job graph that the DataStream API builds and the planner compiles to Spark."""
+"""The logical job graph: what the DataStream API builds and the runtime's planner compiles to Spark."""
 
 from __future__ import annotations
 
@@ -21,14 +21,6 @@ class Transformation:
     parallelism: int | None = None
     uid: str | None = None
     spec: Any = None  # a source or sink spec
-
-    @property
-    def keyed(self) -> bool:
-        return self.kind == "keyed_process"
-
-    @property
-    def stateful(self) -> bool:
-        return self.kind in ("keyed_process", "sink")
 
     def __repr__(self):
         return f"<{self.kind} '{self.name}' #{self.id}>"

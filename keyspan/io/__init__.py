@@ -1,0 +1,1 @@
+"""Engine-neutral I/O at the bottom of the layers: files by URI (``storage``) and serialization (``serde``)."""
