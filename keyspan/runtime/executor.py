@@ -34,6 +34,8 @@ from keyspan.connectors.sources import KeyspanSource, SparkSource, source_datafr
 from keyspan.runtime import event_time
 from keyspan.runtime import session as spark_session
 from keyspan.rest.server import start_api
+from keyspan.runtime.observe import JobObserver
+from keyspan.runtime.progress_display import ProgressDisplay
 from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, compile_graph
 from keyspan.runtime.task import OUTPUT_DDL, UserFunctionError, make_stage_function
 from keyspan.io import serde
@@ -57,31 +59,6 @@ def _job_file(options) -> str | None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     return os.path.abspath(path) if path else None
-
-
-class Progress:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.started = time.time()
-        self.epochs = 0
-        self.records = 0
-        self.last_checkpoint = None
-        self.skipped = 0
-
-    def line(self) -> str:
-        elapsed = max(time.time() - self.started, 1e-9)
-        return (f"epochs {self.epochs}  records {self.records:,}  {self.records / elapsed:,.0f} rec/s  "
-                f"last checkpoint {self.last_checkpoint if self.last_checkpoint is not None else '-'}")
-
-    def update(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + self.line() + "   ")
-            sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + self.line() + "\n")
-            sys.stderr.flush()
 
 
 class JobControl:
@@ -120,7 +97,7 @@ class JobRunner:
             with open(self.job_file, "rb") as f:
                 self.job_bytes = f.read()
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
-        self.progress = Progress(options.progress)
+        self.progress = ProgressDisplay(options.progress)  # observability: replaces Progress
         self.failure: BaseException | None = None
         self.fresh = fresh or options.fresh
         self.control = JobControl()
@@ -204,6 +181,7 @@ class JobRunner:
         self._publish_pending()
         self.retention = Retention(self.store, self.storage, self.job_id, self.checkpoint_config.num_retained)
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
+        self.observer = JobObserver(self)  # observability
 
         spark = self.env._spark or spark_session.get_or_create_spark(self.parallelism, self.options.spark_master)
         spark_session.prepare_session(spark)
@@ -419,6 +397,7 @@ class JobRunner:
 
     def _process_epoch(self, batch_df, epoch: int, offsets, end_of_input: bool = False) -> None:
         self._in_epoch = True
+        self.observer.epoch_started()  # observability
         try:
             inconsistent = 0
             while True:
@@ -448,6 +427,7 @@ class JobRunner:
         if cause is None:
             raise exc
         self.checkpoint_failures += 1
+        self.observer.checkpoint_failed(epoch, cause)  # observability
         tolerable = self.checkpoint_config.tolerable_failures
         if self.checkpoint_failures > tolerable:
             raise JobExecutionError(
@@ -611,6 +591,7 @@ class JobRunner:
                 event_time=event_time.advance(time_ctx["origins"], time_ctx["state"], splits, time_ctx["now"],
                                               time_ctx["finished"]))
         self.parallel_changed = False
+        self.observer.committed(epoch, reports, bytes_written, manifest, records)  # observability
         if sinks:
             self._publish(self.committed)
         self._deliver(driver_rows)
