@@ -232,6 +232,7 @@ class JobRunner:
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
                                     self.progress.epochs, self.progress.records, last)
         result.restored_bytes = dict(self.restored_bytes)
+        result.metrics = self.observer.metrics  # observability: the job's metrics, user metrics included
         return result
 
     # -- savepoints ---------------------------------------------------------------------------------
