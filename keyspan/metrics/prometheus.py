@@ -53,7 +53,7 @@ class JobCollector:
         yield _counter("keyspan_numberOfCompletedCheckpoints", "completed checkpoints", job,
                        s["completed_checkpoints"])
         yield _counter("keyspan_numberOfFailedCheckpoints", "failed checkpoints", job, s["failed_checkpoints"])
-        yield gauge("lastCheckpointRestoreTimestamp", "milliseconds the last restore took", s["restore_ms"])
+        yield gauge("restoreDuration", "milliseconds the run's first epoch took after restoring state", s["restore_ms"])
         yield _counter("keyspan_numRestarts", "restarts of the job", job, s["restarts"])
         yield gauge("currentInputWatermark", "watermark of a source (watermark origin), epoch milliseconds",
                     None, ["source"], [([uid], wm) for uid, wm in s["watermarks"].items()])
