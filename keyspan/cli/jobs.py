@@ -119,10 +119,11 @@ def status(
         if live["watermarks"]:
             out.print(marks)
         ops = Table(title="operators")
-        for col in ("operator chain", "parallelism", "records in", "records/s"):
+        for col in ("operator chain", "parallelism", "records in", "records out", "records/s"):
             ops.add_column(col)
         for o in live["operators"]:
-            ops.add_row(o["name"], str(o["parallelism"]), f"{o['records_in']:,}", f"{o['records_per_second']:,.0f}")
+            ops.add_row(o["name"], str(o["parallelism"]), f"{o['records_in']:,}", f"{o['records_out']:,}",
+                        f"{o['records_per_second']:,.0f}")
         out.print(ops)
         if cp:
             out.print(f"last checkpoint {cp['epoch']}: {cp['duration_ms']:,.0f} ms, {_bytes(cp['size'])} written, "

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import sys
 
-_SPARK_LEVELS = {"DEBUG": "DEBUG", "INFO": "WARN", "WARNING": "WARN", "ERROR": "ERROR", "CRITICAL": "FATAL"}
+# Spark's WARN level is already chatty for a streaming job (e.g. every slow micro-batch): keyspan's
+# default INFO keeps Spark at ERROR, and DEBUG shows Spark's warnings.
+_SPARK_LEVELS = {"DEBUG": "WARN", "INFO": "ERROR", "WARNING": "ERROR", "ERROR": "ERROR", "CRITICAL": "FATAL"}
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -15,7 +17,7 @@ def get_logger(name: str) -> logging.Logger:
 
 def configure(level: str | None = None) -> str:
     """Set the level of the ``keyspan`` loggers (a plain stderr handler unless one exists); returns the
-    level Spark should use (Spark's INFO is very chatty, so keyspan's INFO maps to Spark's WARN)."""
+    level Spark should use."""
     from keyspan.common.settings import load
 
     name = (level or load().log_level).upper()

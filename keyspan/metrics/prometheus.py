@@ -30,17 +30,24 @@ class JobCollector:
                     g.add_metric([job, *lv], v)
             return g
 
-        records_in = CounterMetricFamily("keyspan_numRecordsIn", "records into the operator chain of a task",
-                                         labels=["job", "operator", "name", "subtask"])
-        rate = GaugeMetricFamily("keyspan_numRecordsInPerSecond", "current input rate of a task",
-                                 labels=["job", "operator", "name", "subtask"])
+        task_labels = ["job", "operator", "name", "subtask"]
+        families = [
+            (CounterMetricFamily("keyspan_numRecordsIn", "records into the operator chain of a task",
+                                 labels=task_labels), "records_in"),
+            (GaugeMetricFamily("keyspan_numRecordsInPerSecond", "current input rate of a task", labels=task_labels),
+             "records_per_second"),
+            (CounterMetricFamily("keyspan_numRecordsOut", "records a task sent downstream (or to a driver sink)",
+                                 labels=task_labels), "records_out"),
+            (GaugeMetricFamily("keyspan_numRecordsOutPerSecond", "current output rate of a task", labels=task_labels),
+             "records_out_per_second"),
+        ]
         for op in s["operators"]:
             for st in op["subtasks"]:
                 labels = [job, op["operator"], op["name"], str(st["subtask"])]
-                records_in.add_metric(labels, st["records_in"])
-                rate.add_metric(labels, st["records_per_second"])
-        yield records_in
-        yield rate
+                for family, field in families:
+                    family.add_metric(labels, st[field])
+        for family, _ in families:
+            yield family
         yield _counter("keyspan_jobNumRecordsIn", "records read by the job's sources", job, s["records"])
         yield gauge("numRecordsInPerSecondTotal", "current rate of records read by the job", s["records_per_second"])
         yield _counter("keyspan_epochs", "committed epochs", job, s["epochs"])

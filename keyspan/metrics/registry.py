@@ -27,7 +27,9 @@ class JobMetrics:
         self.lock = threading.Lock()
         self.started = time.time()
         self.records_in: dict[tuple[int, int], int] = {}  # (stage, subtask) → total
-        self.recent: dict[tuple[int, int], deque] = {}  # (stage, subtask) → (time, records) of recent epochs
+        self.records_out: dict[tuple[int, int], int] = {}
+        self.recent: dict[tuple[int, int], deque] = {}  # (stage, subtask) → (time, records in) of recent epochs
+        self.recent_out: dict[tuple[int, int], deque] = {}
         self.user: dict[tuple, dict] = {}  # (operator, subtask, scope, labels, name) → merged value
         self.epochs = 0
         self.records = 0
@@ -52,9 +54,12 @@ class JobMetrics:
             for (stage, subtask), report in reports.items():
                 n = report.get("records", 0)
                 self.records_in[(stage, subtask)] = self.records_in.get((stage, subtask), 0) + n
-                recent = self.recent.setdefault((stage, subtask), deque())
-                recent.append((ended, n))
-                _trim(recent, ended)
+                out = report.get("records_out", 0)
+                self.records_out[(stage, subtask)] = self.records_out.get((stage, subtask), 0) + out
+                for window, count in ((self.recent, n), (self.recent_out, out)):
+                    recent = window.setdefault((stage, subtask), deque())
+                    recent.append((ended, count))
+                    _trim(recent, ended)
                 for m in report.get("metrics") or ():
                     self._merge_user(m)
             self.epochs += 1
@@ -116,9 +121,6 @@ class JobMetrics:
     def _job_rate(self, now: float) -> float:
         return _rate(self._recent_job, now)
 
-    def records_per_second(self, stage: int, subtask: int, now: float | None = None) -> float:
-        return _rate(self.recent.get((stage, subtask), ()), now or time.time())
-
     def watermark_lag_ms(self, now: float | None = None) -> dict[str, float]:
         """Wall clock minus watermark per origin (only origins whose watermark has started)."""
         now_ms = (now or time.time()) * 1000
@@ -141,11 +143,12 @@ class JobMetrics:
             operators = []
             for stage, s in sorted(self.stages.items()):
                 subtasks = [{"subtask": i, "records_in": self.records_in.get((stage, i), 0),
-                             "records_per_second": _rate(self.recent.get((stage, i), ()), now)}
+                             "records_out": self.records_out.get((stage, i), 0),
+                             "records_per_second": _rate(self.recent.get((stage, i), ()), now),
+                             "records_out_per_second": _rate(self.recent_out.get((stage, i), ()), now)}
                             for i in range(s["parallelism"])]
-                operators.append({**s, "records_in": sum(x["records_in"] for x in subtasks),
-                                  "records_per_second": sum(x["records_per_second"] for x in subtasks),
-                                  "subtasks": subtasks})
+                totals = {f: sum(x[f] for x in subtasks) for f in subtasks[0] if f != "subtask"} if subtasks else {}
+                operators.append({**s, **totals, "subtasks": subtasks})
             return {
                 "job": self.job_id, "uptime_s": now - self.started, "epochs": self.epochs, "records": self.records,
                 "records_per_second": self._job_rate(now), "last_epoch": self.last_epoch,

@@ -32,7 +32,8 @@ class SavepointRequest(BaseModel):
 
 
 class StopRequest(BaseModel):
-    """Flink's body (``targetDirectory``, ``drain``)."""
+    """Flink's body (``targetDirectory``, ``drain``: fire every event-time timer and window, by moving the
+    watermarks to the end, before the final savepoint)."""
     target_directory: str | None = Field(None, validation_alias=AliasChoices("targetDirectory", "target-directory",
                                                                              "target_directory"))
     savepoint: bool = True
@@ -117,12 +118,8 @@ def build_app(runner, guard: TokenGuard) -> FastAPI:
     def stop(job_id: str, body: StopRequest | None = None):
         check(job_id)
         body = body or StopRequest()
-        if body.drain:
-            raise HTTPException(400, "drain=true is not supported yet: keyspan cannot advance an unbounded job's "
-                                     "watermarks to the end before its final savepoint. Stop with drain=false (the "
-                                     "savepoint keeps pending windows and timers, which fire after a restore)")
         trigger = uuid.uuid4().hex
-        triggers[trigger] = runner.control.request_stop(body.savepoint, body.target_directory)
+        triggers[trigger] = runner.control.request_stop(body.savepoint, body.target_directory, body.drain)
         return {"request-id": trigger}
 
     return app

@@ -68,9 +68,9 @@ class JobControl:
         self.stop_request: dict | None = None
         self.stopped = False
 
-    def request_stop(self, savepoint: bool, target: str | None) -> dict:
+    def request_stop(self, savepoint: bool, target: str | None, drain: bool = False) -> dict:
         if self.stop_request is None:
-            self.stop_request = {"savepoint": savepoint, "target": target, "done": False}
+            self.stop_request = {"savepoint": savepoint, "target": target, "done": False, "drain": drain}
         return self.stop_request
 
     def stop_due(self, in_epoch: bool) -> bool:
@@ -193,6 +193,7 @@ class JobRunner:
                 "this run does not have (restored from a savepoint, or the log was lost); use a keyspan source "
                 "(from_collection, FileSource) to restore from savepoints")
         stream = self._source_stream(spark, offsets)
+        self.stream_schema = stream.schema  # observability: a drained stop's last epoch has no records
         writer = stream.writeStream.foreachBatch(self._run_epoch).option(
             "checkpointLocation", self.run_info["spark_checkpoint"]).queryName(f"keyspan-{self.job_id}")
         bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
@@ -304,6 +305,12 @@ class JobRunner:
         request = self.control.stop_request
         self.control.stopped = True
         self.query.stop()
+        if request.get("drain") and self.committed is not None:  # observability: Flink's stop --drain
+            try:
+                self._end_of_input(self.stream_schema)
+            except Exception as exc:  # noqa: BLE001 — reported through the API; no savepoint then
+                request.update(error=f"drain failed: {exc}", done=True)
+                return
         if request.get("savepoint"):
             try:
                 request["path"] = self.take_savepoint(request.get("target"), trigger="stop")

@@ -448,6 +448,7 @@ class StageTask:
         self.token = uuid.uuid4().hex[:16]
         self.storage = ectx["storage"]
         self.records_in = 0
+        self.records_out = 0  # observability: records sent downstream or to driver sinks
         self.restored_bytes = 0
         self.out_exit: list[int] = []
         self.out_sub: list[int] = []
@@ -872,6 +873,7 @@ class StageTask:
         return sum(e.buffered for e in self.exits.values())
 
     def _flush_exits(self):
+        self.records_out += self._buffered()  # observability
         for exit_id, ex in self.exits.items():
             ex.flush(exit_id, self._row)
 
@@ -951,6 +953,7 @@ class StageTask:
             "handles": handles, "tokens": tokens, "sinks": sinks, "records": self.records_in,
             "restored_bytes": self.restored_bytes, "upstream": self.upstream,
             "metrics": metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),  # observability
+            "records_out": self.records_out + sum(map(len, self.driver_buffers.values())),  # observability
             "states": {inst.op.uid: inst.backend.describe_states() for inst in self.instances
                        if inst.backend is not None},
             "splits": self._split_report(),

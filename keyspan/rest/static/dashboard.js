@@ -76,9 +76,9 @@ const keyspan = (() => {
     const ops = live.operators || [];
     const state = live.state_size || {};
     $("operators").querySelector("tbody").innerHTML = ops.map(o => `<tr class="operator"><td>${esc(o.name)}</td><td>${esc(o.uids.join(", "))}</td>` +
-      `<td>${o.parallelism}</td><td class="records-in">${fmt(o.records_in)}</td><td>${fmt(o.records_per_second)}</td>` +
+      `<td>${o.parallelism}</td><td class="records-in">${fmt(o.records_in)}</td><td>${fmt(o.records_out)}</td><td>${fmt(o.records_per_second)}</td>` +
       `<td>${bytes(o.uids.reduce((a, u) => a + (state[u] || 0), 0))}</td></tr>`).join("") ||
-      j.operators.map(o => `<tr class="operator"><td>${esc(o.name)}</td><td>${esc(o.uid)}</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>`).join("");
+      j.operators.map(o => `<tr class="operator"><td>${esc(o.name)}</td><td>${esc(o.uid)}</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>`).join("");
     const hist = live.history || [];
     plot($("plot-rate"), hist.map(p => [p.t, p.rate]), "#2e6bd8");
     plot($("plot-lag"), hist.map(p => [p.t, Math.max(0, ...Object.values(p.lag_ms || {})) / 1000]), "#d8782e");
