@@ -342,3 +342,21 @@ def test_progress_without_a_terminal_logs_one_line_every_n_epochs(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "keyspan.progress"]
     assert [line.split()[1] for line in lines] == ["3", "6", "7"]
     assert display.live is None and "\r" not in display.stream.getvalue()
+
+
+def test_settings_layer_file_then_environment_then_flags(tmp_path, monkeypatch):
+    from keyspan.common.settings import load
+
+    (tmp_path / "keyspan.toml").write_text('workdir = "/from/file"\nrest_port = 9000\nlog_level = "DEBUG"\n')
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.startswith("KEYSPAN_")]:
+        monkeypatch.delenv(name)
+    assert (load().workdir, load().rest_port, load().log_level) == ("/from/file", 9000, "DEBUG")
+    monkeypatch.setenv("KEYSPAN_REST_PORT", "9100")
+    monkeypatch.setenv("KEYSPAN_HOME", "/from/env")  # the older name of the workdir variable still works
+    assert (load().workdir, load().rest_port) == ("/from/env", 9100)
+    assert load(workdir="/from/flag", rest_port=None).workdir == "/from/flag"
+    other = tmp_path / "elsewhere.toml"
+    other.write_text('checkpoint_dir = "s3://bucket/cp"\n')
+    monkeypatch.setenv("KEYSPAN_CONFIG", str(other))
+    assert load().checkpoint_dir == "s3://bucket/cp" and load().log_level == "INFO"
