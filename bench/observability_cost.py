@@ -18,7 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from keyspan.checkpoint import stats  # noqa: E402
 from keyspan.checkpoint.metadata import MetadataStore, default_url  # noqa: E402
 from keyspan.metrics import metricbase  # noqa: E402
-from keyspan.metrics.prometheus import exposition, job_registry  # noqa: E402
+from prometheus_client import generate_latest  # noqa: E402
+
+from keyspan.metrics.prometheus import job_registry  # noqa: E402
 from keyspan.metrics.registry import JobMetrics  # noqa: E402
 
 
@@ -30,7 +32,7 @@ def main() -> None:
     store = MetadataStore(default_url(tempfile.mkdtemp(prefix="ks-obs-")))
     stages = [{"stage": s, "operator": f"op{s}", "name": f"op{s}", "uids": [f"op{s}"], "parallelism": args.subtasks,
                "source": s == 0} for s in range(2)]
-    metrics = JobMetrics("bench", stages, {"op0": "op0"})
+    metrics = JobMetrics("bench", stages)
     group = metricbase.operator_group("op1", 0)
     counter, meter, dist = group.counter("c"), group.meter("m"), group.add_group("k", "v").distribution("d")
     manifest = {"op1": [{"bytes": 4096, "kg": [0, 64], "kind": "delta", "epoch": 0}] * 8}
@@ -56,7 +58,7 @@ def main() -> None:
     registry = job_registry(metrics)
     t0 = time.perf_counter()
     for _ in range(50):
-        body = exposition(registry)
+        body = generate_latest(registry)
     scrape_ms = (time.perf_counter() - t0) / 50 * 1e3
     print(f"task snapshot (3 user metrics)      {task_us:8.1f} µs per task and epoch")
     print(f"driver bookkeeping + stats row       {driver_ms:8.2f} ms per epoch")

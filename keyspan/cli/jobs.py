@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import datetime
-
 from typing import Optional
 
 import typer
@@ -38,12 +37,10 @@ def _bytes(n) -> str:
 
 
 def _store(workdir: Optional[str], metadata_url: Optional[str]):
-    from keyspan.checkpoint.metadata import MetadataStore
+    from keyspan.checkpoint.metadata import MetadataStore, default_url
     from keyspan.common.settings import load
 
     settings = load(workdir=workdir, metadata_url=metadata_url)
-    from keyspan.checkpoint.metadata import default_url
-
     return MetadataStore(settings.metadata_url or default_url(settings.workdir)), settings
 
 

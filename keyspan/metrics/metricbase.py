@@ -10,7 +10,7 @@ are dropped with its report, and :func:`begin_epoch` clears what it left in the 
 from __future__ import annotations
 
 import threading
-from abc import ABC, abstractmethod
+from abc import ABC
 from enum import Enum
 from typing import Callable
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
@@ -110,7 +110,3 @@ def job_registry(metrics) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobCollector(metrics))
     return registry
-
-
-def exposition(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)

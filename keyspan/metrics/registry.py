@@ -18,12 +18,10 @@ RATE_WINDOW_S = 10.0  # records/s is measured over the epochs committed in the l
 
 
 class JobMetrics:
-    def __init__(self, job_id: str, stages: list[dict], origins: dict[str, str] | None = None, history: int = 600):
-        """``stages``: one dict per plan stage, ``{"stage", "operator", "name", "parallelism", "source"}``;
-        ``origins``: watermark origin uid → its name."""
+    def __init__(self, job_id: str, stages: list[dict], history: int = 600):
+        """``stages``: one dict per plan stage, ``{"stage", "operator", "name", "uids", "parallelism", "source"}``."""
         self.job_id = job_id
         self.stages = {s["stage"]: s for s in stages}
-        self.origins = origins or {}
         self.lock = threading.Lock()
         self.started = time.time()
         self.records_in: dict[tuple[int, int], int] = {}  # (stage, subtask) → total

@@ -80,8 +80,7 @@ def flink_checkpoints(store, job_id: str) -> dict:
                 "state_size": c["full_size"], "num_subtasks": c["parallelism"], "discarded": c["discarded"],
                 "records": c["records"]}
 
-    completed = [entry(c) for c in history if not (c.get("restored_from") or "").startswith("savepoint:")
-                 or c["records"]]
+    completed = [entry(c) for c in history]
     failed = [{"id": f["epoch"], "status": "FAILED", "failure_timestamp": int(f["failed_at"] * 1000),
                "failure_message": f["cause"]} for f in failures]
     run = store.latest_run(job_id) or {}

@@ -20,7 +20,7 @@ class JobObserver:
             stages.append({"stage": s.plan.stage_id, "operator": ops[0].uid if ops else f"stage-{s.plan.stage_id}",
                            "name": " -> ".join(op.name for op in ops), "uids": [op.uid for op in ops],
                            "parallelism": s.plan.parallelism, "source": s.source is not None})
-        self.metrics = JobMetrics(runner.job_id, stages, {uid: uid for uid in plan.origins})
+        self.metrics = JobMetrics(runner.job_id, stages)
         self.metrics.restarts = max(0, len(runner.store.list_runs(runner.job_id)) - 1)
         self.registry = job_registry(self.metrics)
         self.epoch_start = None
