@@ -140,6 +140,8 @@ def test_metrics_endpoint_shows_counters_advancing_and_checkpoint_durations(job)
     assert {labels["subtask"] for labels, _ in second["keyspan_numRecordsIn_total"]} == {"0", "1"}
     assert {labels["operator"] for labels, _ in second["keyspan_numRecordsIn_total"]} == {"numbers", "count"}
     assert second["keyspan_currentInputWatermark"][0][1] > 1_700_000_000_000
+    (labels, pending), = second["keyspan_pendingRecords"]
+    assert labels["source"] == "numbers" and pending == 30_000 - _total(second, "keyspan_jobNumRecordsIn_total")
     assert {labels["shape"] for labels, _ in second["keyspan_user_value_count"]} == {"values"}
     # what the source chain sent is what the keyed chain received, and the user counter counted it
     sent = {labels["operator"]: 0 for labels, _ in second["keyspan_numRecordsOut_total"]}
@@ -252,7 +254,8 @@ def test_list_and_status_of_a_running_job(job):
     assert "RUNNING" in line and job.url in line and " 2 " in line
     status = _keyspan("status", JOB_ID, workdir=job.workdir, cwd=job.root)
     assert status.returncode == 0, status.stderr
-    for text in ("RUNNING", "records/s", "watermarks", "count per key", "last checkpoints", "ms"):
+    for text in ("RUNNING", "records/s", "watermarks", "count per key", "last checkpoints", "ms",
+                 "source numbers:", "records not read yet"):
         assert text in status.stdout, (text, status.stdout)
 
 

@@ -115,6 +115,8 @@ def status(
                           "-" if lag is None else f"{lag / 1000:,.1f} s")
         if live["watermarks"]:
             out.print(marks)
+        for uid, b in live["backlog"].items():
+            out.print(f"source {uid}: {b['count']:,} {b['unit']} not read yet")
         ops = Table(title="operators")
         for col in ("operator chain", "parallelism", "records in", "records out", "records/s"):
             ops.add_column(col)

@@ -66,8 +66,9 @@ class JobCollector:
                     None, ["source"], [([uid], wm) for uid, wm in s["watermarks"].items()])
         yield gauge("watermarkLag", "wall clock minus watermark, milliseconds", None, ["source"],
                     [([uid], lag) for uid, lag in s["watermark_lag_ms"].items()])
-        yield gauge("pendingRecords", "records the source has not read yet (where it knows)", None, ["source"],
-                    [([uid], n) for uid, n in s["backlog"].items()])
+        for unit in ("records", "files"):
+            yield gauge(f"pending{unit.title()}", f"{unit} the source has not read yet (where it knows)", None,
+                        ["source"], [([uid], b["count"]) for uid, b in s["backlog"].items() if b["unit"] == unit])
         yield gauge("stateSize", "bytes of an operator's state in the latest checkpoint", None, ["operator"],
                     [([uid], n) for uid, n in s["state_size"].items()])
         yield from _user_families(job, self.metrics.user_metrics())

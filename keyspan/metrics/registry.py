@@ -89,9 +89,10 @@ class JobMetrics:
     def restarted(self) -> None:
         self.restarts += 1
 
-    def set_backlog(self, source: str, records: int | None) -> None:
-        if records is not None:
-            self.backlog[source] = records
+    def set_backlog(self, source: str, count: int | None, unit: str = "records") -> None:
+        """What a source has not read yet, in its unit (records, or files for a file source)."""
+        if count is not None:
+            self.backlog[source] = {"count": count, "unit": unit}
 
     # -- reading (API threads) ---------------------------------------------------------------------
     def _merge_user(self, m: dict) -> None:

@@ -23,6 +23,7 @@ class JobObserver:
         self.metrics = JobMetrics(runner.job_id, stages)
         self.metrics.restarts = max(0, len(runner.store.list_runs(runner.job_id)) - 1)
         self.registry = job_registry(self.metrics)
+        self.sources = {}  # source index → (operator uid, reader) of the sources that can tell their backlog
         self.epoch_start = None
         self.run_start = time.time()
         self.restoring = runner.committed is not None
@@ -39,9 +40,21 @@ class JobObserver:
             self.restoring = False
         self.metrics.epoch_committed(epoch, reports, started, ended, bytes_written, manifest,
                                      self.runner.committed.get("event_time"), records)
+        self._record_backlog()
         checkpoint_stats.record_checkpoint(self.runner.store, self.runner.job_id, epoch, started, ended, bytes_written,
                                            checkpoint_stats.full_state_size(manifest))
 
     def checkpoint_failed(self, epoch: int, cause: str) -> None:
         self.metrics.checkpoint_failed(epoch, cause)
         checkpoint_stats.record_failure(self.runner.store, self.runner.job_id, epoch, cause)
+
+    def _record_backlog(self) -> None:
+        runner = self.runner
+        if not self.sources:
+            for i, reader in getattr(runner, "readers", {}).items():
+                uid = next(o["uid"] for o in runner.plan.operators
+                           if o["stage"] == runner._stage_of_source(runner.plan.sources[i]))
+                self.sources[i] = (uid, reader)
+        offsets = runner.committed.get("source_offsets") or {}
+        for i, (uid, reader) in self.sources.items():
+            self.metrics.set_backlog(uid, reader.backlog(offsets.get(str(i))), reader.unit)
