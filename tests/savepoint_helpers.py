@@ -8,6 +8,7 @@ import time
 import httpx
 
 from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.rest.auth import auth_headers
 from keyspan.runtime import options as run_options
 
 
@@ -59,7 +60,7 @@ def wait_for_checkpoints(job_id: str, count: int, timeout: float = 180, job: "Ba
 def stop_with_savepoint(job_id: str, target: str | None = None, timeout: float = 120) -> str:
     api = store().get_job(job_id)["api_url"]
     trigger = httpx.post(f"{api}/jobs/{job_id}/stop", json={"savepoint": True, "target_directory": target},
-                         timeout=30).json()["request-id"]
+                         headers=auth_headers(run_options.current().workdir), timeout=30).json()["request-id"]
     deadline = time.time() + timeout
     while time.time() < deadline:
         answer = httpx.get(f"{api}/jobs/{job_id}/savepoints/{trigger}", timeout=30).json()

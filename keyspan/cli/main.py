@@ -14,6 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from keyspan.cli import jobs as jobs_cli, ui as ui_cli  # observability
+from keyspan.common.settings import load as load_settings  # observability
+from keyspan.rest.auth import auth_headers  # observability
 from keyspan.runtime import options as run_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -21,6 +24,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 err = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 200)  # piped output: no truncated table cells
 
+jobs_cli.register(app)  # observability: list, status, --version, --log-level
+ui_cli.register(app)  # observability: keyspan ui
 WORKDIR_HELP = "keyspan's local folder (metadata store, Spark offset logs, default checkpoints)"
 
 
@@ -153,10 +158,19 @@ def _trigger(job, endpoint: str, body: dict, workdir, metadata_url) -> str | Non
 
     from keyspan.checkpoint.metadata import MetadataStore
 
-    store = MetadataStore(_options(workdir, metadata_url).metadata())
+    opts = _options(workdir, metadata_url)
+    store = MetadataStore(opts.metadata())
     info, api_url = _api(store, job)
-    trigger = httpx.post(f"{api_url}/jobs/{info['job_id']}/{endpoint}", json=body, timeout=30).json()["request-id"]
-    return _await_trigger(api_url, info["job_id"], trigger)
+    try:  # observability: the token, and a dead driver's stale address
+        answer = httpx.post(f"{api_url}/jobs/{info['job_id']}/{endpoint}", json=body, timeout=30,
+                            headers=auth_headers(opts.workdir, load_settings().rest_token))
+    except httpx.TransportError:
+        err.print(f"[red]keyspan: {jobs_cli.not_running(store, info['job_id'])}[/red]")
+        raise typer.Exit(2)
+    if answer.status_code != 200:
+        err.print(f"[red]keyspan: {answer.json().get('detail', answer.text)}[/red]")
+        raise typer.Exit(1)
+    return _await_trigger(api_url, info["job_id"], answer.json()["request-id"])
 
 
 def _stop(job, savepoint_flag, target, workdir, metadata_url) -> str | None:

@@ -90,6 +90,9 @@ class FileReader(SourceReader):
     def initial_offset(self):
         return {"files": 0}
 
+    def backlog(self, offset):
+        return len(self._listing()) - (offset or self.initial_offset())["files"]
+
     def end_offset(self):
         return {"files": len(self.files)} if self.files is not None else None
 

@@ -57,6 +57,10 @@ class SourceReader:
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         raise NotImplementedError
 
+    def backlog(self, offset: dict | None) -> int | None:
+        """How many of the reader's units (records, files) are not read yet at ``offset``, if it knows."""
+        return None
+
     def exhausted(self, offset: dict | None) -> bool:
         end = self.end_offset()
         return end is not None and offset is not None and _without_tick(offset) == end
@@ -85,6 +89,9 @@ class CollectionReader(SourceReader):
 
     def end_offset(self):
         return {"index": self.total}
+
+    def backlog(self, offset):
+        return self.total - (offset or self.initial_offset())["index"]
 
     def latest_offset(self, start, max_records):
         pos = start["index"]

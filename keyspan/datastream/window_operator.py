@@ -343,6 +343,9 @@ class _TriggerContext(Trigger.OnMergeContext):
     def get_current_processing_time(self) -> int:
         return self._op._timer_service.current_processing_time()
 
+    def get_metric_group(self):
+        return self._op._runtime_context.get_metrics_group()  # observability
+
     def get_current_watermark(self) -> int:
         return self._op._timer_service.current_watermark()
 

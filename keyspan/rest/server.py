@@ -12,32 +12,68 @@ import time
 import uuid
 
 import uvicorn
-from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
+from fastapi import Depends, FastAPI, HTTPException
+from pydantic import AliasChoices, BaseModel, Field
+
+from keyspan.common.logs import get_logger
+from keyspan.common.settings import load as load_settings
+from keyspan.rest.auth import TokenGuard, ensure_token, is_loopback
+from keyspan.rest.dashboard import dashboard_router
+from keyspan.rest.metrics_route import metrics_router
+from keyspan.rest.overview import flink_checkpoints, flink_exceptions, job_row, live_summary
+
+log = get_logger("keyspan.rest")
 
 
 class SavepointRequest(BaseModel):
-    target_directory: str | None = None
-    cancel_job: bool = False
-
-    model_config = {"populate_by_name": True}
+    """Flink's body (``target-directory``, ``cancel-job``); keyspan's older snake_case names still work."""
+    target_directory: str | None = Field(None, validation_alias=AliasChoices("target-directory", "target_directory"))
+    cancel_job: bool = Field(False, validation_alias=AliasChoices("cancel-job", "cancel_job"))
 
 
 class StopRequest(BaseModel):
-    target_directory: str | None = None
+    """Flink's body (``targetDirectory``, ``drain``: fire every event-time timer and window, by moving the
+    watermarks to the end, before the final savepoint)."""
+    target_directory: str | None = Field(None, validation_alias=AliasChoices("targetDirectory", "target-directory",
+                                                                             "target_directory"))
     savepoint: bool = True
     drain: bool = False
 
 
-def build_app(runner) -> FastAPI:
+def build_app(runner, guard: TokenGuard) -> FastAPI:
     app = FastAPI(title="keyspan job API")
     triggers: dict[str, dict] = {}
+    mutating = [Depends(guard.require)]
+    reading = [Depends(guard.read)]
+
+    def live(job_id: str):
+        return runner.observer.metrics.summary() if job_id == runner.job_id else None
+
+    app.include_router(metrics_router(runner.observer.registry, guard))
+    app.include_router(dashboard_router(runner.store, guard, runner.options.workdir, runner.options.metadata_url, live))
 
     def check(job_id: str):
         if job_id != runner.job_id:
             raise HTTPException(404, f"no running job '{job_id}' here (this driver runs '{runner.job_id}')")
 
-    @app.get("/jobs/{job_id}")
+    @app.get("/jobs", dependencies=reading)
+    def jobs():
+        """Flink's job list: every job of the metadata store, with its status."""
+        rows = [job_row(runner.store, j, live(j["job_id"]) or live_summary(j.get("api_url"), j["job_id"]))
+                for j in runner.store.list_jobs()]
+        return {"jobs": [{"id": r["id"], "name": r["name"], "status": r["status"]} for r in rows]}
+
+    @app.get("/jobs/{job_id}/checkpoints", dependencies=reading)
+    def checkpoints(job_id: str):
+        check(job_id)
+        return flink_checkpoints(runner.store, job_id)
+
+    @app.get("/jobs/{job_id}/exceptions", dependencies=reading)
+    def exceptions(job_id: str):
+        check(job_id)
+        return flink_exceptions(runner.store, job_id)
+
+    @app.get("/jobs/{job_id}", dependencies=reading)
     def job_status(job_id: str):
         check(job_id)
         committed = runner.committed
@@ -46,7 +82,7 @@ def build_app(runner) -> FastAPI:
                 "parallelism": runner.parallelism, "epochs": runner.progress.epochs,
                 "records": runner.progress.records, "last-checkpoint": committed["epoch"] if committed else None}
 
-    @app.post("/jobs/{job_id}/savepoints")
+    @app.post("/jobs/{job_id}/savepoints", dependencies=mutating)
     def trigger_savepoint(job_id: str, body: SavepointRequest | None = None):
         check(job_id)
         body = body or SavepointRequest()
@@ -66,7 +102,7 @@ def build_app(runner) -> FastAPI:
         threading.Thread(target=work, daemon=True, name=f"savepoint-{trigger[:6]}").start()
         return {"request-id": trigger}
 
-    @app.get("/jobs/{job_id}/savepoints/{trigger}")
+    @app.get("/jobs/{job_id}/savepoints/{trigger}", dependencies=reading)
     def savepoint_status(job_id: str, trigger: str):
         check(job_id)
         state = triggers.get(trigger)
@@ -78,30 +114,36 @@ def build_app(runner) -> FastAPI:
         state["fetched"] = True
         return {"status": {"id": "COMPLETED"}, "operation": operation}
 
-    @app.post("/jobs/{job_id}/stop")
+    @app.post("/jobs/{job_id}/stop", dependencies=mutating)
     def stop(job_id: str, body: StopRequest | None = None):
         check(job_id)
         body = body or StopRequest()
         trigger = uuid.uuid4().hex
-        triggers[trigger] = runner.control.request_stop(body.savepoint, body.target_directory)
+        triggers[trigger] = runner.control.request_stop(body.savepoint, body.target_directory, body.drain)
         return {"request-id": trigger}
 
     return app
 
 
 class ApiServer:
-    def __init__(self, runner, host: str = "127.0.0.1"):
+    def __init__(self, runner):
+        settings = load_settings()
+        host, port = settings.rest_bind, settings.rest_port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, 0))
-        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(build_app(runner), log_level="warning", lifespan="off")
+        self.sock.bind((host, port))
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+        self.url = f"http://{shown}:{self.sock.getsockname()[1]}"
+        token = ensure_token(runner.options.workdir, settings.rest_token)
+        guard = TokenGuard(token, open_reads=settings.rest_open_reads and is_loopback(host))
+        config = uvicorn.Config(build_app(runner, guard), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
                                        name="keyspan-api")
         self.thread.start()
         self.runner = runner
         runner.store.set_api_url(runner.job_id, self.url)
+        log.info(f"dashboard: {self.url}/ui/job/{runner.job_id}#token={token}")
 
     def close(self) -> None:
         """Outstanding stop/savepoint answers stay readable until the CLI had a chance to poll them."""

@@ -34,6 +34,8 @@ from keyspan.connectors.sources import KeyspanSource, SparkSource, source_datafr
 from keyspan.runtime import event_time
 from keyspan.runtime import session as spark_session
 from keyspan.rest.server import start_api
+from keyspan.runtime.observe import JobObserver
+from keyspan.runtime.progress_display import ProgressDisplay
 from keyspan.runtime.planner import CONTROL_EXIT, DRIVER_EXIT, compile_graph
 from keyspan.runtime.task import OUTPUT_DDL, UserFunctionError, make_stage_function
 from keyspan.io import serde
@@ -59,31 +61,6 @@ def _job_file(options) -> str | None:
     return os.path.abspath(path) if path else None
 
 
-class Progress:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.started = time.time()
-        self.epochs = 0
-        self.records = 0
-        self.last_checkpoint = None
-        self.skipped = 0
-
-    def line(self) -> str:
-        elapsed = max(time.time() - self.started, 1e-9)
-        return (f"epochs {self.epochs}  records {self.records:,}  {self.records / elapsed:,.0f} rec/s  "
-                f"last checkpoint {self.last_checkpoint if self.last_checkpoint is not None else '-'}")
-
-    def update(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + self.line() + "   ")
-            sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + self.line() + "\n")
-            sys.stderr.flush()
-
-
 class JobControl:
     """Requests from outside the driver loop (the REST API) that the loop acts on between epochs."""
 
@@ -91,9 +68,9 @@ class JobControl:
         self.stop_request: dict | None = None
         self.stopped = False
 
-    def request_stop(self, savepoint: bool, target: str | None) -> dict:
+    def request_stop(self, savepoint: bool, target: str | None, drain: bool = False) -> dict:
         if self.stop_request is None:
-            self.stop_request = {"savepoint": savepoint, "target": target, "done": False}
+            self.stop_request = {"savepoint": savepoint, "target": target, "done": False, "drain": drain}
         return self.stop_request
 
     def stop_due(self, in_epoch: bool) -> bool:
@@ -120,7 +97,7 @@ class JobRunner:
             with open(self.job_file, "rb") as f:
                 self.job_bytes = f.read()
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
-        self.progress = Progress(options.progress)
+        self.progress = ProgressDisplay(options.progress)  # observability: replaces Progress
         self.failure: BaseException | None = None
         self.fresh = fresh or options.fresh
         self.control = JobControl()
@@ -204,6 +181,7 @@ class JobRunner:
         self._publish_pending()
         self.retention = Retention(self.store, self.storage, self.job_id, self.checkpoint_config.num_retained)
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
+        self.observer = JobObserver(self)  # observability
 
         spark = self.env._spark or spark_session.get_or_create_spark(self.parallelism, self.options.spark_master)
         spark_session.prepare_session(spark)
@@ -215,6 +193,7 @@ class JobRunner:
                 "this run does not have (restored from a savepoint, or the log was lost); use a keyspan source "
                 "(from_collection, FileSource) to restore from savepoints")
         stream = self._source_stream(spark, offsets)
+        self.stream_schema = stream.schema  # observability: a drained stop's last epoch has no records
         writer = stream.writeStream.foreachBatch(self._run_epoch).option(
             "checkpointLocation", self.run_info["spark_checkpoint"]).queryName(f"keyspan-{self.job_id}")
         bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
@@ -254,6 +233,7 @@ class JobRunner:
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
                                     self.progress.epochs, self.progress.records, last)
         result.restored_bytes = dict(self.restored_bytes)
+        result.metrics = self.observer.metrics  # observability: the job's metrics, user metrics included
         return result
 
     # -- savepoints ---------------------------------------------------------------------------------
@@ -325,6 +305,12 @@ class JobRunner:
         request = self.control.stop_request
         self.control.stopped = True
         self.query.stop()
+        if request.get("drain") and self.committed is not None:  # observability: Flink's stop --drain
+            try:
+                self._end_of_input(self.stream_schema)
+            except Exception as exc:  # noqa: BLE001 — reported through the API; no savepoint then
+                request.update(error=f"drain failed: {exc}", done=True)
+                return
         if request.get("savepoint"):
             try:
                 request["path"] = self.take_savepoint(request.get("target"), trigger="stop")
@@ -419,6 +405,7 @@ class JobRunner:
 
     def _process_epoch(self, batch_df, epoch: int, offsets, end_of_input: bool = False) -> None:
         self._in_epoch = True
+        self.observer.epoch_started()  # observability
         try:
             inconsistent = 0
             while True:
@@ -448,6 +435,7 @@ class JobRunner:
         if cause is None:
             raise exc
         self.checkpoint_failures += 1
+        self.observer.checkpoint_failed(epoch, cause)  # observability
         tolerable = self.checkpoint_config.tolerable_failures
         if self.checkpoint_failures > tolerable:
             raise JobExecutionError(
@@ -611,6 +599,7 @@ class JobRunner:
                 event_time=event_time.advance(time_ctx["origins"], time_ctx["state"], splits, time_ctx["now"],
                                               time_ctx["finished"]))
         self.parallel_changed = False
+        self.observer.committed(epoch, reports, bytes_written, manifest, records)  # observability
         if sinks:
             self._publish(self.committed)
         self._deliver(driver_rows)

@@ -5,27 +5,29 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from keyspan.common.settings import load as load_settings
+
 
 @dataclass
 class RunOptions:
-    workdir: str = field(default_factory=lambda: os.environ.get("KEYSPAN_HOME", os.path.join(os.getcwd(), ".keyspan")))
+    workdir: str = field(default_factory=lambda: load_settings().workdir)
     parallelism: int | None = None
     checkpoint_dir: str | None = None
-    metadata_url: str | None = field(default_factory=lambda: os.environ.get("KEYSPAN_METADATA_URL"))
+    metadata_url: str | None = field(default_factory=lambda: load_settings().metadata_url)
     fresh: bool = False
     job_file: str | None = None
     progress: bool = False
-    spark_master: str | None = field(default_factory=lambda: os.environ.get("KEYSPAN_SPARK_MASTER"))
+    spark_master: str | None = field(default_factory=lambda: load_settings().spark_master)
     savepoint_path: str | None = None
     allow_non_restored_state: bool = False
     rest_api: bool = True
 
     def savepoint_root(self) -> str:
-        return os.environ.get("KEYSPAN_SAVEPOINT_DIR") or \
+        return load_settings().savepoint_dir or \
             "file://" + os.path.join(os.path.abspath(self.workdir), "savepoints")
 
     def checkpoint_root(self) -> str:
-        return self.checkpoint_dir or os.environ.get("KEYSPAN_CHECKPOINT_DIR") or \
+        return self.checkpoint_dir or load_settings().checkpoint_dir or \
             "file://" + os.path.join(os.path.abspath(self.workdir), "checkpoints")
 
     def metadata(self) -> str:

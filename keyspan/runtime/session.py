@@ -6,6 +6,8 @@ import os
 import shutil
 import sys
 
+from keyspan.common import logs
+
 
 class JavaNotFoundError(RuntimeError):
     pass
@@ -51,10 +53,10 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None):
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
     )
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(logs.spark_level())  # follows --log-level / KEYSPAN_LOG_LEVEL
     return spark
 
 

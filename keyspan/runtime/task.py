@@ -16,6 +16,7 @@ import uuid
 import pyarrow as pa
 
 from keyspan.checkpoint import statefile
+from keyspan.metrics import metricbase  # observability
 from keyspan.common.types import _named_row_class
 from keyspan.datastream.functions import (
     BroadcastProcessFunction,
@@ -147,7 +148,7 @@ class _RuntimeContext(RuntimeContext):
         return self._job_parameters.get(key, default_value)
 
     def get_metrics_group(self):
-        return None
+        return metricbase.operator_group(self._op.uid, self._subtask)  # observability
 
     def _keyed(self, descriptor):
         if self._backend is None:
@@ -447,6 +448,7 @@ class StageTask:
         self.token = uuid.uuid4().hex[:16]
         self.storage = ectx["storage"]
         self.records_in = 0
+        self.records_out = 0  # observability: records sent downstream or to driver sinks
         self.restored_bytes = 0
         self.out_exit: list[int] = []
         self.out_sub: list[int] = []
@@ -776,6 +778,7 @@ class StageTask:
     # -- running ---------------------------------------------------------------------------------
     def run(self, batches):
         try:
+            metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)  # observability
             self._build()
             yield from self._consume(batches)
             yield from self._finish()
@@ -870,6 +873,7 @@ class StageTask:
         return sum(e.buffered for e in self.exits.values())
 
     def _flush_exits(self):
+        self.records_out += self._buffered()  # observability
         for exit_id, ex in self.exits.items():
             ex.flush(exit_id, self._row)
 
@@ -948,6 +952,8 @@ class StageTask:
             "stage": self.plan.stage_id, "subtask": self.subtask, "token": self.token, "attempt": self.attempt,
             "handles": handles, "tokens": tokens, "sinks": sinks, "records": self.records_in,
             "restored_bytes": self.restored_bytes, "upstream": self.upstream,
+            "metrics": metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),  # observability
+            "records_out": self.records_out + sum(map(len, self.driver_buffers.values())),  # observability
             "states": {inst.op.uid: inst.backend.describe_states() for inst in self.instances
                        if inst.backend is not None},
             "splits": self._split_report(),

@@ -1,0 +1,87 @@
+"""Checkpoint statistics that outlive the driver: when each checkpoint started and ended, its size
+(the bytes it wrote and the full state a restore reads) and the failed checkpoints with their cause.
+
+Kept in two tables of their own beside the metadata store's, so the store's schema is untouched;
+the columns are the ones a later metadata schema version can take over (see docs/observability.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, insert, select
+
+_tables = MetaData()
+
+checkpoint_stats = Table(
+    "checkpoint_stats", _tables,
+    Column("job_id", String(200), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float, nullable=False),
+    Column("duration_ms", Float, nullable=False),
+    Column("bytes_written", Integer, nullable=False),
+    Column("full_size", Integer, nullable=False),
+)
+
+checkpoint_failures = Table(
+    "checkpoint_failures", _tables,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(200), nullable=False, index=True),
+    Column("epoch", Integer, nullable=False),
+    Column("failed_at", Float, nullable=False),
+    Column("cause", Text, nullable=False),
+)
+
+_READY: set[int] = set()
+
+
+def _engine(store):
+    engine = store.engine
+    if id(engine) not in _READY:
+        _tables.create_all(engine)
+        _READY.add(id(engine))
+    return engine
+
+
+def full_state_size(manifest: dict) -> int:
+    """Bytes of every state file a restore of the checkpoint reads."""
+    return sum(h.get("bytes", 0) for handles in manifest.values() for h in handles)
+
+
+def record_checkpoint(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,
+                      full_size: int) -> None:
+    with _engine(store).begin() as c:
+        c.execute(insert(checkpoint_stats).values(
+            job_id=job_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
+            duration_ms=(ended_at - started_at) * 1000, bytes_written=bytes_written, full_size=full_size))
+
+
+def record_failure(store, job_id: str, epoch: int, cause: str) -> None:
+    with _engine(store).begin() as c:
+        c.execute(insert(checkpoint_failures).values(job_id=job_id, epoch=epoch, failed_at=time.time(),
+                                                     cause=cause[:2000]))
+
+
+def checkpoint_history(store, job_id: str, limit: int = 200) -> list[dict]:
+    """The newest ``limit`` checkpoints (oldest first) with their stats where they were recorded."""
+    rows = store.list_checkpoints(job_id)[-limit:]
+    with _engine(store).connect() as c:
+        stats = {r["epoch"]: dict(r) for r in c.execute(
+            select(checkpoint_stats).where(checkpoint_stats.c.job_id == job_id)).mappings()}
+    out = []
+    for r in rows:
+        s = stats.get(r["epoch"], {})
+        out.append({"epoch": r["epoch"], "committed_at": r["created_at"], "parallelism": r["parallelism"],
+                    "records": r["records"], "bytes_written": r["bytes_written"], "discarded": bool(r["discarded"]),
+                    "published": bool(r["published"]), "restored_from": r.get("restored_from"),
+                    "started_at": s.get("started_at"), "duration_ms": s.get("duration_ms"),
+                    "full_size": s.get("full_size", full_state_size(r["manifest"] or {}) or None)})
+    return out
+
+
+def failed_checkpoints(store, job_id: str, limit: int = 100) -> list[dict]:
+    with _engine(store).connect() as c:
+        rows = c.execute(select(checkpoint_failures).where(checkpoint_failures.c.job_id == job_id)
+                         .order_by(checkpoint_failures.c.id.desc()).limit(limit)).mappings()
+        return [dict(r) for r in rows]

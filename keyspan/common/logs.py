@@ -1,0 +1,39 @@
+"""The ``keyspan`` logger hierarchy: ``keyspan.runtime``, ``keyspan.rest``, … all below ``keyspan``,
+one level for all (``--log-level`` / ``KEYSPAN_LOG_LEVEL``), Spark's log level following it."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+# Spark's WARN level is already chatty for a streaming job (e.g. every slow micro-batch): keyspan's
+# default INFO keeps Spark at ERROR, and DEBUG shows Spark's warnings.
+_SPARK_LEVELS = {"DEBUG": "WARN", "INFO": "ERROR", "WARNING": "ERROR", "ERROR": "ERROR", "CRITICAL": "FATAL"}
+
+
+def get_logger(name: str) -> logging.Logger:
+    return logging.getLogger(name if name.startswith("keyspan") else f"keyspan.{name}")
+
+
+def configure(level: str | None = None) -> str:
+    """Set the level of the ``keyspan`` loggers (a plain stderr handler unless one exists); returns the
+    level Spark should use."""
+    from keyspan.common.settings import load
+
+    name = (level or load().log_level).upper()
+    if name not in _SPARK_LEVELS:
+        raise ValueError(f"log level '{level}' is not one of {', '.join(_SPARK_LEVELS)}")
+    root = logging.getLogger("keyspan")
+    root.setLevel(name)
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("keyspan: %(message)s"))
+        root.addHandler(handler)
+        root.propagate = False
+    return _SPARK_LEVELS[name]
+
+
+def spark_level() -> str:
+    """Spark's log level for the configured keyspan level."""
+    level = logging.getLevelName(logging.getLogger("keyspan").getEffectiveLevel())
+    return _SPARK_LEVELS.get(level, "ERROR") if logging.getLogger("keyspan").handlers else "ERROR"

@@ -1,0 +1,60 @@
+"""The runner's observability hooks in one place: job metrics fed from committed epochs, checkpoint
+statistics recorded in the metadata store, and the Prometheus registry the API exposes."""
+
+from __future__ import annotations
+
+import time
+
+from keyspan.checkpoint import stats as checkpoint_stats
+from keyspan.metrics.prometheus import job_registry
+from keyspan.metrics.registry import JobMetrics
+
+
+class JobObserver:
+    def __init__(self, runner):
+        plan = runner.plan
+        self.runner = runner
+        stages = []
+        for s in plan.stages:
+            ops = s.plan.ops
+            stages.append({"stage": s.plan.stage_id, "operator": ops[0].uid if ops else f"stage-{s.plan.stage_id}",
+                           "name": " -> ".join(op.name for op in ops), "uids": [op.uid for op in ops],
+                           "parallelism": s.plan.parallelism, "source": s.source is not None})
+        self.metrics = JobMetrics(runner.job_id, stages)
+        self.metrics.restarts = max(0, len(runner.store.list_runs(runner.job_id)) - 1)
+        self.registry = job_registry(self.metrics)
+        self.sources = {}  # source index → (operator uid, reader) of the sources that can tell their backlog
+        self.epoch_start = None
+        self.run_start = time.time()
+        self.restoring = runner.committed is not None
+        runner.progress.metrics = self.metrics
+
+    def epoch_started(self) -> None:
+        self.epoch_start = time.time()
+
+    def committed(self, epoch: int, reports: dict, bytes_written: int, manifest: dict, records: int) -> None:
+        ended = time.time()
+        started = self.epoch_start or ended
+        if self.restoring:  # the run's first epoch reads the restored state
+            self.metrics.restored(ended - started)
+            self.restoring = False
+        self.metrics.epoch_committed(epoch, reports, started, ended, bytes_written, manifest,
+                                     self.runner.committed.get("event_time"), records)
+        self._record_backlog()
+        checkpoint_stats.record_checkpoint(self.runner.store, self.runner.job_id, epoch, started, ended, bytes_written,
+                                           checkpoint_stats.full_state_size(manifest))
+
+    def checkpoint_failed(self, epoch: int, cause: str) -> None:
+        self.metrics.checkpoint_failed(epoch, cause)
+        checkpoint_stats.record_failure(self.runner.store, self.runner.job_id, epoch, cause)
+
+    def _record_backlog(self) -> None:
+        runner = self.runner
+        if not self.sources:
+            for i, reader in getattr(runner, "readers", {}).items():
+                uid = next(o["uid"] for o in runner.plan.operators
+                           if o["stage"] == runner._stage_of_source(runner.plan.sources[i]))
+                self.sources[i] = (uid, reader)
+        offsets = runner.committed.get("source_offsets") or {}
+        for i, (uid, reader) in self.sources.items():
+            self.metrics.set_backlog(uid, reader.backlog(offsets.get(str(i))), reader.unit)
