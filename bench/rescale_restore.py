@@ -5,7 +5,7 @@
 For each size, a 2-subtask checkpoint of that much keyed state is written by the heap backend
 into real key-group state files (what a job's checkpoint or savepoint holds), then each of the 4
 new subtasks restores its key-group range exactly as a task does at the first epoch after a
-rescale (``keyspan.runtime.task._restore``). Printed: bytes each subtask read, the ideal
+rescale (``keyspan.runtime.worker.state_io.restore_keyed``). Printed: bytes each subtask read, the ideal
 total/4, and the restore time per subtask.
 """
 
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keyspan.checkpoint import statefile  # noqa: E402
 from keyspan.io.storage import Storage  # noqa: E402
-from keyspan.runtime.task import _restore  # noqa: E402
+from keyspan.runtime.worker.state_io import restore_keyed  # noqa: E402
 from keyspan.state.api import ValueStateDescriptor  # noqa: E402
 from keyspan.state.heap import HeapKeyedStateBackend  # noqa: E402
 from keyspan.state.keygroups import (  # noqa: E402
@@ -67,7 +67,7 @@ def main():
                 groups = compute_key_group_range_for_operator_index(MAX_PARALLELISM, 4, subtask)
                 backend = HeapKeyedStateBackend("op", groups)
                 start = time.perf_counter()
-                read = _restore(backend, handles, groups, storage)
+                read = restore_keyed(backend, handles, groups, storage)
                 seconds = time.perf_counter() - start
                 print(f"{total / 1e6:7.0f}M {subtask:>7} {read / 1e6:9.2f} {total / 4e6:9.2f} "
                       f"{read / (total / 4):10.3f} {seconds:9.2f}", flush=True)

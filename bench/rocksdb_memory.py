@@ -21,7 +21,7 @@ Restores. With ``--interrupt-after N`` the whole job (driver, JVM, workers) is k
 checkpoints are committed and ``keyspan run`` is started again: it resumes from the latest
 checkpoint, so its worker restores the state written so far — under the same cap — and runs to
 the end; that run's peak RSS and time are printed apart. Last, the final checkpoint is restored
-into a fresh RocksDB backend in a child Python process (``keyspan.runtime.task._restore``, as a task
+into a fresh RocksDB backend in a child Python process (``keyspan.runtime.worker.state_io.restore_keyed``, as a task
 restores; outside Spark, no cap) whose time and peak RSS are printed too. A restore holds about
 three of the largest key group (the payload read, its decoded section, the previous payload):
 state ÷ ``--max-parallelism`` per key group.
@@ -60,7 +60,7 @@ def status(*fields):
     return out
 from keyspan.checkpoint.metadata import MetadataStore, default_url
 from keyspan.io.storage import Storage
-from keyspan.runtime.task import _restore
+from keyspan.runtime.worker.state_io import restore_keyed
 from keyspan.state.rocksdb import EmbeddedRocksDBStateBackend
 workdir, memory, rocks_dir = sys.argv[1:4]
 checkpoint = MetadataStore(default_url(workdir)).latest_checkpoint("big-state")
@@ -71,7 +71,7 @@ groups = range(checkpoint["max_parallelism"])
 backend = spec.create_keyed_backend("keep", groups, local_dir=rocks_dir)
 before = status("VmRSS")["VmRSS"]
 t = time.perf_counter()
-read = _restore(backend, checkpoint["manifest"]["keep"], groups, storage)
+read = restore_keyed(backend, checkpoint["manifest"]["keep"], groups, storage)
 backend.confirm()
 seconds = time.perf_counter() - t
 entries = backend.key_count()

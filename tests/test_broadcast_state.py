@@ -23,7 +23,7 @@ from keyspan.datastream import (
 from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from keyspan.runtime import options as run_options
-from keyspan.state import operator as operator_state
+from keyspan.runtime.worker import state_io
 from keyspan.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
 
 from test_operator_state import _run_in_background, restore_and_run, stop_with_savepoint_after
@@ -133,7 +133,7 @@ def test_rules_broadcast_to_keyed_and_non_keyed_transactions(env):
     storage = Storage(options.checkpoint_root()).child("rules")
     for uid, parallelism in (("flag", 2), ("scale", 3)):
         handles = [h for h in checkpoint["manifest"][uid] if h["kind"] == "operator"]
-        states = operator_state.load_snapshots(storage, handles)
+        states = state_io.load_operator_snapshots(storage, handles)
         assert [s["broadcast"] for s in states] == [{"rules": {"max_amount": 60}}] * parallelism
     # keyed state next to operator state in the same operator's checkpoint files
     counts = read_keyed_state(storage, checkpoint["manifest"], "flag", 128)["count"]
@@ -196,5 +196,5 @@ def test_broadcast_state_survives_savepoint_and_rescale(env, workdir):
     options = run_options.current()
     checkpoint = MetadataStore(options.metadata()).latest_checkpoint("rules-rescale")
     handles = [h for h in checkpoint["manifest"]["flag"] if h["kind"] == "operator"]
-    states = operator_state.load_snapshots(Storage(options.checkpoint_root()).child("rules-rescale"), handles)
+    states = state_io.load_operator_snapshots(Storage(options.checkpoint_root()).child("rules-rescale"), handles)
     assert [s["broadcast"] for s in states] == [{"rules": {"max_amount": 60}}] * 3

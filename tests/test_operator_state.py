@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from keyspan.checkpoint.coordinator import next_manifest
+from keyspan.checkpoint.manifest import next_manifest
 from keyspan.checkpoint.metadata import MetadataStore
 from keyspan.checkpoint.savepoint import load_savepoint
 from keyspan.io.storage import Storage
@@ -25,6 +25,7 @@ from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from keyspan.runtime import options as run_options
 from keyspan.runtime.planner import compile_graph
+from keyspan.runtime.worker import state_io
 from keyspan.state import operator as operator_state
 
 from savepoint_helpers import stop_with_savepoint, wait_for_checkpoints
@@ -158,7 +159,7 @@ def _operator_states(job_id: str, uid: str) -> list[dict]:
     options = run_options.current()
     checkpoint = MetadataStore(options.metadata()).latest_checkpoint(job_id)
     handles = [h for h in checkpoint["manifest"][uid] if h["kind"] == "operator"]
-    return checkpoint, operator_state.load_snapshots(Storage(options.checkpoint_root()).child(job_id), handles)
+    return checkpoint, state_io.load_operator_snapshots(Storage(options.checkpoint_root()).child(job_id), handles)
 
 
 def test_checkpointed_functions_on_non_keyed_and_keyed_streams(env):
@@ -333,7 +334,7 @@ def test_offsets_in_operator_state_survive_savepoint_and_rescale(env, workdir):
     epoch = savepoint["epoch"]
     handles = [h for h in savepoint["state"]["offsets"] if h["kind"] == "operator"]
     assert sorted(h["subtask"] for h in handles) == [0, 1] and {h["parallelism"] for h in handles} == {2}
-    old = operator_state.load_snapshots(Storage(location), handles)
+    old = state_io.load_operator_snapshots(Storage(location), handles)
     saved_pairs = [pair for s in old for pair in s["list"]["offsets"]["values"]]
     assert saved_pairs == [pair for s in old for pair in s["list"]["all-offsets"]["values"]]
     assert len(saved_pairs) >= PARTITIONS  # every subtask has seen several partitions

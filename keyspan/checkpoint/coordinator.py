@@ -1,22 +1,41 @@
-"""The checkpoint coordinator on the driver: turns the control rows of an epoch's tasks into one
-committed checkpoint, or refuses the epoch when they do not describe one consistent cut."""
+"""The checkpoint coordinator on the driver: turns the reports of an epoch's tasks into one committed
+checkpoint, or refuses the epoch when they do not describe one consistent cut.
+
+Its steps, in order, for every epoch (Flink's ``CheckpointCoordinator`` with its failure manager;
+Quix Streams' ``Checkpoint.commit``): collect the task reports (following forwarded upstream
+reports) → verify they form one cut (one attempt per subtask, every expected subtask present) →
+commit the manifest, offsets, tokens and sink handles in one metadata transaction → publish sink
+output → delete files no retained checkpoint lists. A checkpoint whose files could not be written
+fails without touching the previous one and the epoch runs again, up to the tolerable number.
+"""
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections import deque
+from typing import Callable
 
+from keyspan.checkpoint.handles import Manifest, TaskReport
+from keyspan.checkpoint.manifest import manifest_paths, next_manifest
 from keyspan.checkpoint.metadata import MetadataStore
-from keyspan.io.storage import Storage
 from keyspan.io import serde
+from keyspan.io.storage import Storage
+
+EPOCH_ATTEMPTS = 3  # runs of one epoch whose reports did not form one cut, before the job fails
 
 
 class InconsistentEpoch(RuntimeError):
     """Two attempts of the same subtask both reached the driver: the epoch must run again."""
 
 
-def collect_control(rows: list[bytes]) -> dict[tuple[int, int], dict]:
+class CheckpointFailed(RuntimeError):
+    """Checkpoints failed more often in a row than the job tolerates."""
+
+
+def collect_reports(rows: list[bytes]) -> dict[tuple[int, int], TaskReport]:
     """(stage, subtask) → that task's report, following forwarded upstream reports."""
-    reports: dict[tuple[int, int], dict] = {}
+    reports: dict[tuple[int, int], TaskReport] = {}
     stack = list(rows)
     seen = set()
     while stack:
@@ -24,52 +43,30 @@ def collect_control(rows: list[bytes]) -> dict[tuple[int, int], dict]:
         if raw in seen:
             continue
         seen.add(raw)
-        report = serde.loads(raw)
-        key = (report["stage"], report["subtask"])
+        report: TaskReport = serde.loads(raw)
+        key = (report.stage, report.subtask)
         known = reports.get(key)
-        if known is not None and known["token"] != report["token"]:
+        if known is not None and known.token != report.token:
             raise InconsistentEpoch(
-                f"stage {key[0]} subtask {key[1]}: attempts {known['token']} and {report['token']} both "
+                f"stage {key[0]} subtask {key[1]}: attempts {known.token} and {report.token} both "
                 "fed this epoch's output")
         reports[key] = report
-        stack.extend(report["upstream"])
+        stack.extend(report.upstream)
     return reports
 
 
-def next_manifest(previous: dict[str, list[dict]], new_handles: list[dict]) -> dict[str, list[dict]]:
-    """The state files a restore of this checkpoint needs: per key group, the newest full snapshot
-    and the deltas after it. Files fully shadowed by newer full snapshots drop out. Operator state
-    (kind "operator": a whole subtask's operator state per file) keeps only the newest file per
-    subtask, and only those of the newest parallelism (every subtask writes one every epoch)."""
-    manifest = {uid: list(handles) for uid, handles in previous.items()}
-    for h in new_handles:
-        manifest.setdefault(h["uid"], []).append(h)
-    for uid, handles in manifest.items():
-        keyed = [h for h in handles if h["kind"] != "operator"]
-        newest_full: dict[int, int] = {}
-        for h in keyed:
-            if h["kind"] == "full":
-                for kg in range(*h["kg"]):
-                    if newest_full.get(kg, -1) < h["epoch"]:
-                        newest_full[kg] = h["epoch"]
-        keyed = [h for h in keyed if any(newest_full.get(kg, -1) <= h["epoch"] for kg in range(*h["kg"]))]
-        manifest[uid] = keyed + _latest_operator_handles([h for h in handles if h["kind"] == "operator"])
-    return manifest
-
-
-def _latest_operator_handles(handles: list[dict]) -> list[dict]:
-    if not handles:
-        return []
-    parallelism = max(handles, key=lambda h: h["epoch"])["parallelism"]
-    latest: dict[int, dict] = {}
-    for h in handles:
-        if h["parallelism"] == parallelism and h["epoch"] >= latest.get(h["subtask"], {"epoch": -1})["epoch"]:
-            latest[h["subtask"]] = h
-    return [latest[s] for s in sorted(latest)]
-
-
-def manifest_paths(manifest: dict[str, list[dict]]) -> set[str]:
-    return {h["path"] for handles in manifest.values() for h in handles}
+def storage_failure(exc: BaseException) -> str | None:
+    """The storage error inside a failed epoch (raised in a task or on the driver), if that is what it was."""
+    text = f"{exc}\n" + "\n".join(getattr(exc, "__notes__", ()))
+    for marker in ("StorageError: ", "keyspan storage: "):
+        if marker in text:
+            line = next(line for line in text.splitlines() if marker in line)
+            if marker == "keyspan storage: ":  # the note names the file; the error is the line before it
+                lines = text.splitlines()
+                i = lines.index(line)
+                return f"{lines[i - 1].strip()} ({line.strip()})" if i else line.strip()
+            return line.strip()
+    return None
 
 
 class Retention:
@@ -78,12 +75,11 @@ class Retention:
     def __init__(self, store: MetadataStore, storage: Storage, job_id: str, retained: int):
         self.store = store
         self.storage = storage
-        self.job_id = job_id
         self.retained = retained
         self.window: deque[tuple[int, set[str]]] = deque(
             (c["epoch"], manifest_paths(c["manifest"])) for c in store.list_checkpoints(job_id, include_discarded=False))
 
-    def expiring(self, epoch: int, manifest: dict) -> tuple[list[int], set[str]]:
+    def expiring(self, epoch: int, manifest: Manifest) -> tuple[list[int], set[str]]:
         """Checkpoints that drop out of the window once ``epoch`` commits, and the files only they
         list; the caller marks them discarded in the commit and deletes the files after it."""
         window = list(self.window) + [(epoch, manifest_paths(manifest))]
@@ -93,9 +89,120 @@ class Retention:
         doomed = set().union(*(paths for _, paths in dropped)) - live if dropped else set()
         return [e for e, _ in dropped], {p for p in doomed if "://" not in p}  # savepoint files stay
 
-    def committed(self, epoch: int, manifest: dict, doomed: set[str]) -> None:
+    def committed(self, epoch: int, manifest: Manifest, doomed: set[str]) -> None:
         self.window.append((epoch, manifest_paths(manifest)))
         while len(self.window) > self.retained:
             self.window.popleft()
         for path in doomed:
             self.storage.delete(path)
+
+
+class CheckpointCoordinator:
+    """One job run's checkpoints. ``expected``: (stage, parallelism) of every stage whose subtasks
+    must all report; ``counted``: stages whose records are the job's input records; ``sinks``:
+    uid → task sink (``publish(handles)`` after the commit, idempotent)."""
+
+    def __init__(self, store: MetadataStore, storage: Storage, job_id: str, *, retained: int, tolerable_failures: int,
+                 expected: list[tuple[int, int]], counted: set[int], sinks: dict, operators: list[dict],
+                 committed: dict | None):
+        self.store = store
+        self.storage = storage
+        self.job_id = job_id
+        self.tolerable_failures = tolerable_failures
+        self.expected = expected
+        self.counted = counted
+        self.sinks = sinks
+        self.operators = operators
+        self.committed = committed  # the latest committed checkpoint (a metadata row)
+        self.retention = Retention(store, storage, job_id, retained)
+        self.consecutive_failures = 0
+        self.files_lock = threading.Lock()  # savepoint copies hold it, so retention deletes no file they read
+
+    # -- one epoch -------------------------------------------------------------------------------
+    def run_epoch(self, epoch: int, execute: Callable[[], list[bytes]], is_storage_failure=storage_failure,
+                  on_failure: Callable[[int, str], None] | None = None) -> dict[tuple[int, int], TaskReport]:
+        """Run the epoch's tasks (``execute`` returns their control rows) until their reports form
+        one cut; a failed checkpoint write runs the epoch again within the failure budget."""
+        inconsistent = 0
+        while True:
+            try:
+                reports = collect_reports(execute())
+                self.verify_cut(reports)
+                return reports
+            except InconsistentEpoch:
+                inconsistent += 1
+                if inconsistent == EPOCH_ATTEMPTS:
+                    raise
+            except Exception as exc:  # noqa: BLE001 — only checkpoint storage failures are tolerated
+                cause = is_storage_failure(exc)
+                if cause is None:
+                    raise
+                if on_failure is not None:
+                    on_failure(epoch, cause)
+                self._failed(epoch, cause)
+
+    def verify_cut(self, reports: dict) -> None:
+        for stage, parallelism in self.expected:
+            missing = [i for i in range(parallelism) if (stage, i) not in reports]
+            if missing:
+                raise InconsistentEpoch(f"stage {stage}: no report from subtasks {missing}")
+
+    def _failed(self, epoch: int, cause: str) -> None:
+        self.consecutive_failures += 1
+        if self.consecutive_failures > self.tolerable_failures:
+            raise CheckpointFailed(
+                f"job '{self.job_id}': checkpoint of epoch {epoch} failed {self.consecutive_failures} time(s) in a "
+                f"row (tolerable_checkpoint_failure_number = {self.tolerable_failures}): {cause}")
+        print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.consecutive_failures} of "
+              f"{self.tolerable_failures} tolerated, running the epoch again", file=sys.stderr)
+
+    def commit(self, epoch: int, reports: dict[tuple[int, int], TaskReport], **row) -> dict:
+        """Commit the epoch in one metadata transaction, publish its sink output, then retention.
+        ``row``: the rest of the checkpoint row (run, offsets, parallelism, event time, …)."""
+        handles, tokens, sinks = [], {}, {}
+        records = bytes_written = 0
+        for (stage, _), report in reports.items():
+            handles.extend(report.handles)
+            tokens.update(report.tokens)
+            for h in report.sinks:
+                sinks.setdefault(h["sink"], []).append(h)
+            if stage in self.counted:
+                records += report.records
+            bytes_written += sum(h["bytes"] for h in report.handles)
+        manifest = next_manifest(self.committed["manifest"] if self.committed else {}, handles)
+        with self.files_lock:
+            discard, doomed = self.retention.expiring(epoch, manifest)
+            self.committed = self.store.commit_checkpoint(
+                discard=discard, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens, sinks=sinks,
+                operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
+        self.consecutive_failures = 0
+        if sinks:
+            self.publish(self.committed)
+        with self.files_lock:
+            self.retention.committed(epoch, manifest, doomed)
+        return self.committed
+
+    def _describe_operators(self, reports: dict[tuple[int, int], TaskReport]) -> list[dict]:
+        """Operators with the names and descriptors of their keyed states, as a savepoint records them."""
+        known = {o["uid"]: o.get("states", []) for o in (self.committed or {}).get("operators", [])}
+        for report in reports.values():
+            for uid, states in report.states.items():
+                merged = {d["name"]: d for d in known.get(uid, [])}
+                merged.update({d["name"]: d for d in states})
+                known[uid] = sorted(merged.values(), key=lambda d: d["name"])
+        return [{**o, "states": known.get(o["uid"], [])} for o in self.operators]
+
+    # -- sink output --------------------------------------------------------------------------------
+    def publish(self, checkpoint: dict) -> None:
+        for uid, handles in checkpoint["sinks"].items():
+            sink = self.sinks.get(uid)
+            if sink is None:
+                raise CheckpointFailed(f"checkpoint {checkpoint['epoch']} has output of sink '{uid}', which is no "
+                                       "longer in the job; it cannot be published")
+            sink.publish(handles)
+        self.store.mark_published(self.job_id, checkpoint["epoch"])
+
+    def publish_pending(self) -> None:
+        """Output of checkpoints that committed just before a crash is published on restart."""
+        for checkpoint in self.store.unpublished_checkpoints(self.job_id):
+            self.publish(checkpoint)

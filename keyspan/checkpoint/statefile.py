@@ -102,6 +102,20 @@ def write(storage: Storage, rel: str, sections, meta: dict | None = None) -> dic
     return {"path": rel, "bytes": result["bytes"], "sha256": result["sha256"]}
 
 
+OPERATOR_SECTION = -1  # an operator-state file's one section: outside every key-group range, so keyed readers skip it
+
+
+def write_section(storage: Storage, rel: str, payload: bytes, meta: dict | None = None) -> dict:
+    """A file with one section that is no key group (an operator subtask's whole operator state)."""
+    return write(storage, rel, {OPERATOR_SECTION: payload}, meta=meta)
+
+
+def read_section(storage: Storage, rel: str, stats: "ReadStats | None" = None) -> bytes | None:
+    for _section, payload in read_key_groups(storage, rel, range(OPERATOR_SECTION, OPERATOR_SECTION + 1), stats):
+        return payload
+    return None
+
+
 def resolve(storage: Storage, path: str) -> tuple[Storage, str]:
     """A handle's path is relative to the job's storage, or an absolute URL (a restored savepoint's file)."""
     if "://" in path:

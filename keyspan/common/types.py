@@ -18,13 +18,13 @@ class Row(tuple):
         if args and kwargs:
             raise ValueError("Row takes positional or keyword values, not both")
         if kwargs:
-            row = tuple.__new__(_named_row_class(tuple(kwargs)), kwargs.values())
+            row = tuple.__new__(named_row_class(tuple(kwargs)), kwargs.values())
             return row
         return tuple.__new__(cls, args)
 
     @classmethod
     def from_values(cls, fields, values):
-        return tuple.__new__(_named_row_class(tuple(fields)), values)
+        return tuple.__new__(named_row_class(tuple(fields)), values)
 
     def as_dict(self, recursive: bool = False) -> dict:
         if self._fields is None:
@@ -69,7 +69,7 @@ class Row(tuple):
 _ROW_CLASSES: dict[tuple[str, ...], type] = {}
 
 
-def _named_row_class(fields: tuple[str, ...]) -> type:
+def named_row_class(fields: tuple[str, ...]) -> type:
     """A Row subclass per field list, with fast attribute access by position."""
     cls = _ROW_CLASSES.get(fields)
     if cls is None:

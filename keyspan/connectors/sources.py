@@ -69,6 +69,8 @@ class SourceReader:
 class KeyspanSource:
     """A source the user builds on the driver; ``reader`` makes the picklable SourceReader."""
 
+    input_format = "chunks"  # its records reach the job as pickled chunks
+    restorable = True  # its offsets live in keyspan's checkpoints: savepoints and rescaling work
     bounded = True
     watermark_strategy = None
     max_per_epoch: int | None = None  # a source's own per-epoch limit, in its reader's unit
@@ -150,6 +152,8 @@ class SparkSource:
 
     watermark_strategy = None
     name = "Spark Source"
+    input_format = "typed"  # Spark columns, read as Row records
+    restorable = False  # its offsets live in Spark's own offset log of one run
 
     def __init__(self, dataframe, bounded: bool = False):
         self.dataframe = dataframe

@@ -19,7 +19,7 @@ from keyspan.datastream.functions import (
     SinkFunction,
 )
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from keyspan.datastream.transformation import Transformation
+from keyspan.datastream.transformation import OperatorKind, Transformation
 
 
 def _as_callable(func, method: str, interface: type):
@@ -45,7 +45,7 @@ class _FunctionAdapter(KeyedProcessFunction):
         if isinstance(self._func, interface_types()):
             self._func.close()
 
-    def _user_function(self):
+    def wrapped_user_function(self):
         """The wrapped function (the runtime calls CheckpointedFunction methods on it)."""
         return self._func
 
@@ -178,21 +178,21 @@ class DataStream:
 
     def map(self, func: Union[Callable, MapFunction], output_type=None) -> "DataStream":
         _as_callable(func, "map", MapFunction)
-        return DataStream(self._env, self._add("map", "Map", func, output_type))
+        return DataStream(self._env, self._add(OperatorKind.MAP, "Map", func, output_type))
 
     def flat_map(self, func: Union[Callable, FlatMapFunction], output_type=None) -> "DataStream":
         _as_callable(func, "flat_map", FlatMapFunction)
-        return DataStream(self._env, self._add("flat_map", "FlatMap", func, output_type))
+        return DataStream(self._env, self._add(OperatorKind.FLAT_MAP, "FlatMap", func, output_type))
 
     def filter(self, func: Union[Callable, FilterFunction]) -> "DataStream":
         _as_callable(func, "filter", FilterFunction)
-        return DataStream(self._env, self._add("filter", "Filter", func, self._t.output_type))
+        return DataStream(self._env, self._add(OperatorKind.FILTER, "Filter", func, self._t.output_type))
 
     def process(self, func: ProcessFunction, output_type=None) -> "DataStream":
         if not isinstance(func, ProcessFunction):
             raise TypeError("DataStream.process needs a ProcessFunction (use key_by(...).process for a "
                             "KeyedProcessFunction)")
-        return DataStream(self._env, self._add("process", "Process", func, output_type))
+        return DataStream(self._env, self._add(OperatorKind.PROCESS, "Process", func, output_type))
 
     def key_by(self, key_selector: Union[Callable, KeySelector], key_type=None) -> "KeyedStream":
         selector = _as_callable(key_selector, "get_key", KeySelector)
@@ -205,7 +205,7 @@ class DataStream:
 
         if not isinstance(watermark_strategy, WatermarkStrategy):
             raise TypeError(f"assign_timestamps_and_watermarks needs a WatermarkStrategy, got {watermark_strategy!r}")
-        return DataStream(self._env, self._add("timestamps", "Timestamps/Watermarks", watermark_strategy,
+        return DataStream(self._env, self._add(OperatorKind.TIMESTAMPS, "Timestamps/Watermarks", watermark_strategy,
                                                self._t.output_type))
 
     def window_all(self, window_assigner):
@@ -225,12 +225,12 @@ class DataStream:
 
         if not isinstance(output_tag, OutputTag):
             raise TypeError(f"get_side_output needs an OutputTag, got {output_tag!r}")
-        return DataStream(self._env, self._add("side_output", f"SideOutput({output_tag.tag_id})",
+        return DataStream(self._env, self._add(OperatorKind.SIDE_OUTPUT, f"SideOutput({output_tag.tag_id})",
                                                output_type=output_tag.type_info, spec=output_tag))
 
     def union(self, *streams: "DataStream") -> "DataStream":
         inputs = [self._t] + [s._t for s in streams]
-        return DataStream(self._env, self._add("union", "Union", inputs=inputs, output_type=self._t.output_type))
+        return DataStream(self._env, self._add(OperatorKind.UNION, "Union", inputs=inputs, output_type=self._t.output_type))
 
     def broadcast(self, broadcast_state_descriptor: MapStateDescriptor | None = None,
                   *more_descriptors: MapStateDescriptor) -> "BroadcastStream":
@@ -249,7 +249,7 @@ class DataStream:
         return BroadcastConnectedStream(self, ds)
 
     def sink_to(self, sink) -> "DataStreamSink":
-        return DataStreamSink(self._add("sink", sink.name, spec=sink))
+        return DataStreamSink(self._add(OperatorKind.SINK, sink.name, spec=sink))
 
     def add_sink(self, sink_func: SinkFunction) -> "DataStreamSink":
         from keyspan.connectors.driver_sinks import FunctionSink
@@ -282,7 +282,7 @@ class KeyedStream(DataStream):
         self._key_type = key_type
 
     def _keyed(self, function: KeyedProcessFunction, name: str, output_type=None) -> DataStream:
-        t = self._add("keyed_process", name, function, output_type, key_selector=self._key_selector)
+        t = self._add(OperatorKind.KEYED_PROCESS, name, function, output_type, key_selector=self._key_selector)
         return DataStream(self._env, t)
 
     def process(self, func: KeyedProcessFunction, output_type=None) -> DataStream:
@@ -402,13 +402,13 @@ class BroadcastConnectedStream:
         if isinstance(data, KeyedStream):
             if not isinstance(func, KeyedBroadcastProcessFunction):
                 raise TypeError("a KeyedStream connected with a BroadcastStream needs a KeyedBroadcastProcessFunction")
-            t = data._add("keyed_broadcast_process", "Co-Process-Broadcast-Keyed", func, output_type, inputs=inputs,
+            t = data._add(OperatorKind.KEYED_BROADCAST_PROCESS, "Co-Process-Broadcast-Keyed", func, output_type, inputs=inputs,
                           key_selector=data._key_selector, spec=descriptors)
         else:
             if not isinstance(func, BroadcastProcessFunction):
                 raise TypeError("a DataStream connected with a BroadcastStream needs a BroadcastProcessFunction "
                                 "(key_by(...) first for a KeyedBroadcastProcessFunction)")
-            t = data._add("broadcast_process", "Co-Process-Broadcast", func, output_type, inputs=inputs,
+            t = data._add(OperatorKind.BROADCAST_PROCESS, "Co-Process-Broadcast", func, output_type, inputs=inputs,
                           spec=descriptors)
         return DataStream(data._env, t)
 

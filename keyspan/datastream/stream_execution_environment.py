@@ -9,8 +9,7 @@ from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.datastream.checkpoint_config import CheckpointConfig
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.data_stream import DataStream
-from keyspan.runtime import options as run_options
-from keyspan.datastream.transformation import Transformation
+from keyspan.datastream.transformation import OperatorKind, Transformation
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 
@@ -45,8 +44,7 @@ class StreamExecutionEnvironment:
         return self
 
     def get_parallelism(self) -> int:
-        override = run_options.current().parallelism
-        return override or self._parallelism
+        return self._parallelism
 
     def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
         check_parallelism(1, max_parallelism)
@@ -95,10 +93,21 @@ class StreamExecutionEnvironment:
         self._max_records_per_epoch = int(records)
         return self
 
+    def get_max_records_per_epoch(self) -> int | None:
+        return self._max_records_per_epoch
+
     def set_spark_session(self, spark) -> "StreamExecutionEnvironment":
         """keyspan: run on this SparkSession instead of the active (or a new local) one."""
         self._spark = spark
         return self
+
+    def get_spark_session(self):
+        """The SparkSession set with ``set_spark_session`` (None: the active or a new local one)."""
+        return self._spark
+
+    def get_transformations(self) -> list[Transformation]:
+        """keyspan: the job graph built so far, in the order it was built (what ``execute`` runs)."""
+        return list(self._transformations)
 
     # sources ---------------------------------------------------------------------------
     def _add_transformation(self, kind, name, inputs, function=None, output_type=None, key_selector=None,
@@ -112,11 +121,11 @@ class StreamExecutionEnvironment:
         from keyspan.connectors.sources import CollectionSource
 
         spec = CollectionSource(list(collection), type_info)
-        return DataStream(self, self._add_transformation("source", "Collection Source", [], output_type=type_info,
+        return DataStream(self, self._add_transformation(OperatorKind.SOURCE, "Collection Source", [], output_type=type_info,
                                                          spec=spec))
 
     def from_source(self, source, watermark_strategy=None, source_name: str = "Source", type_info=None) -> DataStream:
-        t = self._add_transformation("source", source_name, [], output_type=type_info, spec=source)
+        t = self._add_transformation(OperatorKind.SOURCE, source_name, [], output_type=type_info, spec=source)
         t.spec.watermark_strategy = watermark_strategy
         return DataStream(self, t)
 
@@ -128,17 +137,19 @@ class StreamExecutionEnvironment:
         if not dataframe.isStreaming:
             raise ValueError("from_spark needs a streaming DataFrame (spark.readStream...); "
                              "use from_collection for bounded in-memory data")
-        return DataStream(self, self._add_transformation("source", source_name, [], spec=SparkSource(dataframe, bounded)))
+        return DataStream(self, self._add_transformation(OperatorKind.SOURCE, source_name, [], spec=SparkSource(dataframe, bounded)))
 
     # execution -------------------------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
         """Run the job; continues from its latest checkpoint if its last run was interrupted."""
+        from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import JobRunner
 
         return JobRunner(self, job_name or "keyspan-job", run_options.current()).run()
 
     def _execute_fresh(self, job_name: str) -> JobExecutionResult:
         """``execute_and_collect`` hands results to this process only, so it never resumes an old run."""
+        from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import JobRunner
 
         return JobRunner(self, job_name, run_options.current(), fresh=True).run()

@@ -4,7 +4,37 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class OperatorKind(StrEnum):
+    """What an operator of the graph is; the runtime has one processor per kind."""
+
+    SOURCE = "source"
+    TIMESTAMPS = "timestamps"  # assign_timestamps_and_watermarks: a watermark origin
+    MAP = "map"
+    FLAT_MAP = "flat_map"
+    FILTER = "filter"
+    PROCESS = "process"
+    KEYED_PROCESS = "keyed_process"  # every keyed operator (reduce, windows, … are keyed process functions)
+    BROADCAST_PROCESS = "broadcast_process"
+    KEYED_BROADCAST_PROCESS = "keyed_broadcast_process"
+    UNION = "union"  # names edges only
+    SIDE_OUTPUT = "side_output"  # names edges only
+    SINK = "sink"
+    DRIVER_SINK = "driver_sink"  # a sink whose records are delivered on the driver
+
+
+KEYED_KINDS = (OperatorKind.KEYED_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS)
+BROADCAST_KINDS = (OperatorKind.BROADCAST_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS)
+VIRTUAL_KINDS = (OperatorKind.UNION, OperatorKind.SIDE_OUTPUT)  # graph nodes without an operator of their own
+SIDE_OUTPUT_KINDS = (OperatorKind.PROCESS, OperatorKind.KEYED_PROCESS) + BROADCAST_KINDS  # may `yield tag, value`
+
+
+def user_function(fn):
+    """The user's function behind a keyed Map/FlatMap/Filter/Reduce adapter."""
+    return fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else fn
 
 
 @dataclass(eq=False)
@@ -12,7 +42,7 @@ class Transformation:
     """One operator of the job: its kind, user function, inputs and identity."""
 
     id: int
-    kind: str  # source | map | flat_map | filter | process | keyed_process | union | sink
+    kind: OperatorKind
     name: str
     inputs: list["Transformation"] = field(default_factory=list)
     function: Any = None

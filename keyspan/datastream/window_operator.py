@@ -577,11 +577,11 @@ class WindowOperator(KeyedProcessFunction):
     def close(self):
         self._window_function.close()
 
-    def _user_function(self):
+    def wrapped_user_function(self):
         """The user's window function (the runtime calls CheckpointedFunction methods on it)."""
         return self._window_function.function
 
-    def _user_objects(self) -> list:
+    def shipped_objects(self) -> list:
         """Every user-supplied object this operator runs (for shipping the user's modules by value)."""
         objects = [self._assigner, self._trigger, self._contents_function, self._window_function.function]
         if isinstance(self._trigger, PurgingTrigger):

@@ -50,15 +50,15 @@ class JobMetrics:
                         manifest: dict, event_time: dict, records: int) -> None:
         with self.lock:
             for (stage, subtask), report in reports.items():
-                n = report.get("records", 0)
+                n = report.records
                 self.records_in[(stage, subtask)] = self.records_in.get((stage, subtask), 0) + n
-                out = report.get("records_out", 0)
+                out = report.records_out
                 self.records_out[(stage, subtask)] = self.records_out.get((stage, subtask), 0) + out
                 for window, count in ((self.recent, n), (self.recent_out, out)):
                     recent = window.setdefault((stage, subtask), deque())
                     recent.append((ended, count))
                     _trim(recent, ended)
-                for m in report.get("metrics") or ():
+                for m in report.metrics:
                     self._merge_user(m)
             self.epochs += 1
             self.records += records

@@ -19,6 +19,7 @@ from keyspan.common.logs import get_logger
 from keyspan.common.settings import load as load_settings
 from keyspan.rest.auth import TokenGuard, ensure_token, is_loopback
 from keyspan.rest.dashboard import dashboard_router
+from keyspan.rest.handle import JobHandle
 from keyspan.rest.metrics_route import metrics_router
 from keyspan.rest.overview import flink_checkpoints, flink_exceptions, job_row, live_summary
 
@@ -40,47 +41,43 @@ class StopRequest(BaseModel):
     drain: bool = False
 
 
-def build_app(runner, guard: TokenGuard) -> FastAPI:
+def build_app(job: JobHandle, guard: TokenGuard) -> FastAPI:
     app = FastAPI(title="keyspan job API")
     triggers: dict[str, dict] = {}
     mutating = [Depends(guard.require)]
     reading = [Depends(guard.read)]
 
     def live(job_id: str):
-        return runner.observer.metrics.summary() if job_id == runner.job_id else None
+        return job.metrics.summary() if job_id == job.job_id else None
 
-    app.include_router(metrics_router(runner.observer.registry, guard))
-    app.include_router(dashboard_router(runner.store, guard, runner.options.workdir, runner.options.metadata_url, live))
+    app.include_router(metrics_router(job.registry, guard))
+    app.include_router(dashboard_router(job.store, guard, job.workdir, job.metadata_url, live))
 
     def check(job_id: str):
-        if job_id != runner.job_id:
-            raise HTTPException(404, f"no running job '{job_id}' here (this driver runs '{runner.job_id}')")
+        if job_id != job.job_id:
+            raise HTTPException(404, f"no running job '{job_id}' here (this driver runs '{job.job_id}')")
 
     @app.get("/jobs", dependencies=reading)
     def jobs():
         """Flink's job list: every job of the metadata store, with its status."""
-        rows = [job_row(runner.store, j, live(j["job_id"]) or live_summary(j.get("api_url"), j["job_id"]))
-                for j in runner.store.list_jobs()]
+        rows = [job_row(job.store, j, live(j["job_id"]) or live_summary(j.get("api_url"), j["job_id"]))
+                for j in job.store.list_jobs()]
         return {"jobs": [{"id": r["id"], "name": r["name"], "status": r["status"]} for r in rows]}
 
     @app.get("/jobs/{job_id}/checkpoints", dependencies=reading)
     def checkpoints(job_id: str):
         check(job_id)
-        return flink_checkpoints(runner.store, job_id)
+        return flink_checkpoints(job.store, job_id)
 
     @app.get("/jobs/{job_id}/exceptions", dependencies=reading)
     def exceptions(job_id: str):
         check(job_id)
-        return flink_exceptions(runner.store, job_id)
+        return flink_exceptions(job.store, job_id)
 
     @app.get("/jobs/{job_id}", dependencies=reading)
     def job_status(job_id: str):
         check(job_id)
-        committed = runner.committed
-        return {"jid": runner.job_id, "name": runner.job_name,
-                "state": "STOPPING" if runner.control.stop_request else "RUNNING",
-                "parallelism": runner.parallelism, "epochs": runner.progress.epochs,
-                "records": runner.progress.records, "last-checkpoint": committed["epoch"] if committed else None}
+        return job.status()
 
     @app.post("/jobs/{job_id}/savepoints", dependencies=mutating)
     def trigger_savepoint(job_id: str, body: SavepointRequest | None = None):
@@ -88,13 +85,13 @@ def build_app(runner, guard: TokenGuard) -> FastAPI:
         body = body or SavepointRequest()
         trigger = uuid.uuid4().hex
         if body.cancel_job:
-            triggers[trigger] = runner.control.request_stop(True, body.target_directory)
+            triggers[trigger] = job.request_stop(True, body.target_directory)
             return {"request-id": trigger}
         state = triggers[trigger] = {"done": False}
 
         def work():
             try:
-                state["path"] = runner.take_savepoint(body.target_directory)
+                state["path"] = job.take_savepoint(body.target_directory)
             except Exception as exc:  # noqa: BLE001 — reported to the caller
                 state["error"] = str(exc)
             state["done"] = True
@@ -119,14 +116,14 @@ def build_app(runner, guard: TokenGuard) -> FastAPI:
         check(job_id)
         body = body or StopRequest()
         trigger = uuid.uuid4().hex
-        triggers[trigger] = runner.control.request_stop(body.savepoint, body.target_directory, body.drain)
+        triggers[trigger] = job.request_stop(body.savepoint, body.target_directory, body.drain)
         return {"request-id": trigger}
 
     return app
 
 
 class ApiServer:
-    def __init__(self, runner):
+    def __init__(self, job: JobHandle):
         settings = load_settings()
         host, port = settings.rest_bind, settings.rest_port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -134,28 +131,28 @@ class ApiServer:
         self.sock.bind((host, port))
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         self.url = f"http://{shown}:{self.sock.getsockname()[1]}"
-        token = ensure_token(runner.options.workdir, settings.rest_token)
+        token = ensure_token(job.workdir, settings.rest_token)
         guard = TokenGuard(token, open_reads=settings.rest_open_reads and is_loopback(host))
-        config = uvicorn.Config(build_app(runner, guard), log_level="warning", lifespan="off")
+        config = uvicorn.Config(build_app(job, guard), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
                                        name="keyspan-api")
         self.thread.start()
-        self.runner = runner
-        runner.store.set_api_url(runner.job_id, self.url)
-        log.info(f"dashboard: {self.url}/ui/job/{runner.job_id}#token={token}")
+        self.job = job
+        job.store.set_api_url(job.job_id, self.url)
+        log.info(f"dashboard: {self.url}/ui/job/{job.job_id}#token={token}")
 
     def close(self) -> None:
         """Outstanding stop/savepoint answers stay readable until the CLI had a chance to poll them."""
-        request = self.runner.control.stop_request
+        request = self.job.stop_request()
         deadline = time.time() + 10
         while request is not None and not request.get("fetched") and time.time() < deadline:
             time.sleep(0.05)
-        self.runner.store.set_api_url(self.runner.job_id, None)
+        self.job.store.set_api_url(self.job.job_id, None)
         self.server.should_exit = True
         self.thread.join(timeout=5)
         self.sock.close()
 
 
-def start_api(runner) -> ApiServer:
-    return ApiServer(runner)
+def start_api(job: JobHandle) -> ApiServer:
+    return ApiServer(job)

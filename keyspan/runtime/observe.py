@@ -32,7 +32,9 @@ class JobObserver:
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
 
-    def committed(self, epoch: int, reports: dict, bytes_written: int, manifest: dict, records: int) -> None:
+    def committed(self, epoch: int, reports: dict) -> None:
+        checkpoint = self.runner.committed
+        bytes_written, manifest, records = checkpoint["bytes_written"], checkpoint["manifest"], checkpoint["records"]
         ended = time.time()
         started = self.epoch_start or ended
         if self.restoring:  # the run's first epoch reads the restored state
@@ -51,10 +53,8 @@ class JobObserver:
     def _record_backlog(self) -> None:
         runner = self.runner
         if not self.sources:
-            for i, reader in getattr(runner, "readers", {}).items():
-                uid = next(o["uid"] for o in runner.plan.operators
-                           if o["stage"] == runner._stage_of_source(runner.plan.sources[i]))
-                self.sources[i] = (uid, reader)
+            for i, reader in runner.stages.readers.items():
+                self.sources[i] = (runner.stages.source_uids[i], reader)
         offsets = runner.committed.get("source_offsets") or {}
         for i, (uid, reader) in self.sources.items():
             self.metrics.set_backlog(uid, reader.backlog(offsets.get(str(i))), reader.unit)

@@ -14,22 +14,43 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from keyspan.connectors.sources import SparkSource
-from keyspan.datastream.functions import CheckpointedFunction
-from keyspan.datastream.transformation import Transformation, assign_uids
-from keyspan.io import serde
+from enum import StrEnum
 
-DRIVER_EXIT = -1
-CONTROL_EXIT = -2
-KEYED_KINDS = ("keyed_process", "keyed_broadcast_process")
-VIRTUAL_KINDS = ("union", "side_output")  # graph nodes that only name edges: no operator of their own
-BROADCAST_KINDS = ("broadcast_process", "keyed_broadcast_process")
+from keyspan.datastream.functions import CheckpointedFunction
+from keyspan.datastream.transformation import (
+    BROADCAST_KINDS,
+    KEYED_KINDS,
+    VIRTUAL_KINDS,
+    OperatorKind,
+    Transformation,
+    assign_uids,
+    user_function,
+)
+from keyspan.io import serde
+from keyspan.runtime.protocol import DRIVER_EXIT
+
+
+class InputFormat(StrEnum):
+    """How a stage's input arrives."""
+
+    CHUNKS = "chunks"  # a keyspan source: pickled record chunks
+    TYPED = "typed"  # a Spark source: typed columns, read as Row records
+    EXCHANGE = "exchange"  # from upstream stages, routed to this subtask
+    TYPED_KEYED = "typed_keyed"  # a Spark source routed by key group in the JVM (no Python before the shuffle)
+    PUSHED_DOWN = "pushed_down"  # a source stage whose routing moved into its consumer's TYPED_KEYED input
+
+
+class ExitKind(StrEnum):
+    KEYED = "keyed"  # by key group
+    REBALANCE = "rebalance"  # round robin
+    BROADCAST = "broadcast"  # every record to every consumer subtask
+    DRIVER = "driver"  # driver-sink records
 
 
 @dataclass
 class ExitSpec:
     exit_id: int
-    kind: str  # keyed | rebalance | broadcast (every record to every consumer subtask) | driver
+    kind: ExitKind
     consumer_stage: int | None = None
     consumer_parallelism: int = 1
     key_selector: Any = None
@@ -41,7 +62,7 @@ class OpSpec:
     uid: str
     uid_generated: bool
     name: str
-    kind: str  # source | map | flat_map | filter | process | keyed_process | (keyed_)broadcast_process | sink | driver_sink
+    kind: OperatorKind
     function: Any = None
     sink: Any = None
     driver_sink_index: int | None = None
@@ -59,7 +80,7 @@ class StagePlan:
     stage_id: int
     parallelism: int
     max_parallelism: int
-    input_format: str  # chunks | typed | exchange | typed_keyed
+    input_format: InputFormat
     entry: list[int]
     ops: list[OpSpec]
     exits: list[ExitSpec]
@@ -69,7 +90,7 @@ class StagePlan:
 
     @property
     def has_downstream(self) -> bool:
-        return any(e.kind != "driver" for e in self.exits)
+        return any(e.kind != ExitKind.DRIVER for e in self.exits)
 
 
 @dataclass
@@ -132,14 +153,9 @@ class _RowProbe:
 def _user_objects(fn) -> list:
     """A function and the user objects inside it (adapters, window operators), whose modules ship by value."""
     objects = [fn, user_function(fn)]
-    if hasattr(fn, "_user_objects"):
-        objects.extend(fn._user_objects())
+    if hasattr(fn, "shipped_objects"):
+        objects.extend(fn.shipped_objects())
     return objects
-
-
-def user_function(fn):
-    """The user's function behind a keyed Map/FlatMap/Filter/Reduce adapter."""
-    return fn._user_function() if hasattr(fn, "_user_function") else fn
 
 
 def has_operator_state(t) -> bool:
@@ -161,7 +177,7 @@ def key_columns(selector, names: list[str]) -> list[str] | None:
 
 def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int
                   ) -> PhysicalPlan:
-    if not any(t.kind == "sink" for t in transformations):
+    if not any(t.kind == OperatorKind.SINK for t in transformations):
         raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
     uids = assign_uids(transformations)
     by_id = {t.id: t for t in transformations}
@@ -177,7 +193,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     def parallelism(t: Transformation) -> int:
         if t.parallelism:
             return t.parallelism
-        if t.kind == "sink" and t.inputs and len(physical_inputs(t)) == 1:
+        if t.kind == OperatorKind.SINK and t.inputs and len(physical_inputs(t)) == 1:
             return parallelism(physical_inputs(t)[0])
         return default_parallelism
 
@@ -195,9 +211,9 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             for index, i in enumerate(c.inputs):
                 if i is not t:
                     continue
-                if c.kind == "union":
+                if c.kind == OperatorKind.UNION:
                     out.extend(consumer_edges(c, tag))
-                elif c.kind == "side_output":
+                elif c.kind == OperatorKind.SIDE_OUTPUT:
                     out.extend(consumer_edges(c, c.spec.tag_id))
                 else:
                     out.append((c, index, tag))
@@ -205,7 +221,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def chained(t: Transformation) -> bool:
         ins = physical_inputs(t)
-        if (keyed(t) or len(ins) != 1 or len(t.inputs) != 1 or t.inputs[0].kind == "union"
+        if (keyed(t) or len(ins) != 1 or len(t.inputs) != 1 or t.inputs[0].kind == OperatorKind.UNION
                 or parallelism(t) != parallelism(ins[0])):
             return False
         # a source stage runs as many tasks as the epoch's input has partitions: an operator with
@@ -230,17 +246,17 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         uid, generated = uids[t.id]
         op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=t.function,
                     origins=sorted(origins_of(t)))
-        if kind == "timestamps" or (kind == "source" and getattr(t.spec, "watermark_strategy", None)):
-            op.watermark_strategy = t.function if kind == "timestamps" else t.spec.watermark_strategy
+        if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
+            op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy
             op.split = 0 if stage.source is not None else None
         if kind in BROADCAST_KINDS:
             op.broadcast_descriptors = list(t.spec)
-        if kind == "sink":
+        if kind == OperatorKind.SINK:
             if t.spec.runs_in_task:
                 op.sink = t.spec
                 task_sinks[uid] = t.spec
             else:
-                op.kind = "driver_sink"
+                op.kind = OperatorKind.DRIVER_SINK
                 op.driver_sink_index = len(driver_sinks)
                 driver_sinks.append((t.spec, stage.plan.parallelism))
         stage.plan.ops.append(op)
@@ -250,36 +266,36 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                           "stage": stage.plan.stage_id, "stateful": keyed(t) or has_operator_state(t)})
         return op
 
-    sources = [t for t in transformations if t.kind == "source"]
+    sources = [t for t in transformations if t.kind == OperatorKind.SOURCE]
     origin_cache: dict[int, frozenset] = {}
 
     def origins_of(t: Transformation) -> frozenset:
         """The watermark origins whose watermarks reach ``t``: sources and timestamp assigners."""
         if t.id not in origin_cache:
-            if t.kind in ("source", "timestamps"):
+            if t.kind in (OperatorKind.SOURCE, OperatorKind.TIMESTAMPS):
                 origin_cache[t.id] = frozenset([uids[t.id][0]])
             else:
                 origin_cache[t.id] = frozenset().union(*(origins_of(i) for i in t.inputs))
         return origin_cache[t.id]
 
     def sources_of(t: Transformation) -> set[int]:
-        if t.kind == "source":
+        if t.kind == OperatorKind.SOURCE:
             return {sources.index(t)}
         return set().union(*(sources_of(i) for i in t.inputs))
 
     for t in sorted(transformations, key=lambda t: t.id):
         if t.kind in VIRTUAL_KINDS:
             continue
-        if t.kind == "source":
-            stage = new_stage(t, "typed" if isinstance(t.spec, SparkSource) else "chunks")
+        if t.kind == OperatorKind.SOURCE:
+            stage = new_stage(t, InputFormat(t.spec.input_format))
             stage.source = t
-            add_op(stage, t, "source")
+            add_op(stage, t, OperatorKind.SOURCE)
             stage.plan.entry.append(0)
         elif chained(t):
             stage = stages[stage_of[physical_inputs(t)[0].id]]
             add_op(stage, t, t.kind)
         else:
-            stage = new_stage(t, "exchange")
+            stage = new_stage(t, InputFormat.EXCHANGE)
             add_op(stage, t, t.kind)
             stage.plan.entry.append(0)
 
@@ -289,7 +305,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             continue
         stage = stages[stage_of[t.id]]
         op = stage.plan.ops[op_index[t.id]]
-        if op.kind == "driver_sink":
+        if op.kind == OperatorKind.DRIVER_SINK:
             _driver_exit(stage)
         for c, index, tag in consumer_edges(t):
             if stage_of.get(c.id) == stage.plan.stage_id and chained(c):
@@ -297,24 +313,24 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                 continue
             target = stages[stage_of[c.id]]
             if c.kind in BROADCAST_KINDS and index == 1:
-                kind = "broadcast"
+                kind = ExitKind.BROADCAST
             else:
-                kind = "keyed" if keyed(c) else "rebalance"
+                kind = ExitKind.KEYED if keyed(c) else ExitKind.REBALANCE
             exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
-                                 c.key_selector if kind == "keyed" else None)
+                                 c.key_selector if kind == ExitKind.KEYED else None)
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))
-            if kind == "broadcast":
+            if kind == ExitKind.BROADCAST:
                 target.broadcast_inputs.append((stage.plan.stage_id, exit_spec.exit_id))
 
     _push_down_key_columns(stages)
     origins = {}
     for t in transformations:
-        if t.kind == "source":
+        if t.kind == OperatorKind.SOURCE:
             strategy = getattr(t.spec, "watermark_strategy", None)
             splits = 1
-        elif t.kind == "timestamps":
+        elif t.kind == OperatorKind.TIMESTAMPS:
             strategy = t.function
             stage = stages[stage_of[t.id]]
             splits = 1 if stage.source is not None else stage.plan.parallelism
@@ -328,19 +344,19 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
 def _driver_exit(stage: Stage) -> None:
     """Driver sinks buffer in the task and leave as DRIVER_EXIT rows; the exit marks the stage for it."""
-    if not any(e.kind == "driver" for e in stage.plan.exits):
-        stage.plan.exits.append(ExitSpec(DRIVER_EXIT, "driver"))
+    if not any(e.kind == ExitKind.DRIVER for e in stage.plan.exits):
+        stage.plan.exits.append(ExitSpec(DRIVER_EXIT, ExitKind.DRIVER))
 
 
 def _push_down_key_columns(stages: list[Stage]) -> None:
     """A typed source whose only consumer is keyed by plain columns needs no Python stage."""
     for stage in stages:
         plan = stage.plan
-        if stage.source is None or plan.input_format != "typed" or len(plan.ops) != 1:
+        if stage.source is None or plan.input_format != InputFormat.TYPED or len(plan.ops) != 1:
             continue
         if plan.ops[0].watermark_strategy is not None:
             continue  # timestamps are assigned in Python, at the source
-        if len(plan.exits) != 1 or plan.exits[0].kind != "keyed":
+        if len(plan.exits) != 1 or plan.exits[0].kind != ExitKind.KEYED:
             continue
         target = stages[plan.exits[0].consumer_stage]
         if len(target.inputs) != 1:
@@ -349,14 +365,14 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
         keys = key_columns(plan.exits[0].key_selector, columns)
         if keys is None or not _hashable_in_jvm(stage.source.spec.dataframe, keys):
             continue
-        target.plan.input_format = "typed_keyed"
+        target.plan.input_format = InputFormat.TYPED_KEYED
         target.plan.typed_fields = list(columns)
         target.pushdown_columns = keys
         target.pushdown_source = stage.source
         target.inputs = []
         stage.plan.exits = []
         stage.plan.ops[0].outputs = []
-        stage.plan.input_format = "pushed_down"
+        stage.plan.input_format = InputFormat.PUSHED_DOWN
 
 
 def _hashable_in_jvm(dataframe, columns: list[str]) -> bool:

@@ -64,8 +64,10 @@ def stable_hash(key) -> int:
 
 
 def assign_to_key_group(key, max_parallelism: int) -> int:
-    """Flink's ``KeyGroupRangeAssignment.assignToKeyGroup``: hash mod max parallelism."""
-    return stable_hash(key) % max_parallelism
+    """Flink's ``KeyGroupRangeAssignment.assignToKeyGroup``: hash mod max parallelism. Every record
+    of a keyed exchange goes through here, so the signed hash is computed inline."""
+    h = _hash_atom(key, SEED)
+    return (h - (1 << 64) if h > _INT64_MAX else h) % max_parallelism
 
 
 def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:

@@ -1,9 +1,7 @@
 """Operator (non-keyed) state: Flink's list, union list and broadcast state of one operator subtask.
 
-A subtask writes all of its operator state every epoch as one small file (the key-group file
-format with a single section, numbered -1 so that no key-group range includes it; pickled Python
-values, so it is backend-neutral like keyed state);
-the manifest lists it with kind ``"operator"`` and keeps only the newest file per (operator,
+A subtask writes all of its operator state every epoch as one small file (one pickled snapshot,
+backend-neutral like keyed state; the worker puts it in the checkpoint's file format); the manifest lists it with kind ``"operator"`` and keeps only the newest file per (operator,
 subtask). A restore reads the files of all old subtasks and redistributes them over the new
 parallelism as Flink's ``RoundRobinOperatorStateRepartitioner`` does:
 
@@ -20,7 +18,6 @@ from __future__ import annotations
 
 import pickle
 
-from keyspan.checkpoint import statefile
 from keyspan.io import serde
 from keyspan.state.api import (
     BroadcastState,
@@ -34,7 +31,6 @@ from keyspan.state.api import (
 SPLIT = "split"
 UNION = "union"
 FORMAT = 1
-SECTION = -1  # the single section of an operator-state file: outside every key-group range, so keyed readers skip it
 
 
 def empty_snapshot() -> dict:
@@ -236,7 +232,7 @@ def _mode_api(mode: str) -> str:
     return "get_union_list_state" if mode == UNION else "get_list_state"
 
 
-# --- files ---------------------------------------------------------------------------------------------
+# --- encoding (the checkpoint's file format is not this module's concern) ----------------------------
 
 def encode(snapshot: dict, operator: str) -> bytes:
     try:
@@ -254,26 +250,8 @@ def encode(snapshot: dict, operator: str) -> bytes:
             f"checkpoint: {exc}") from exc
 
 
-def write(storage, rel: str, snapshot: dict, operator: str) -> dict:
-    return statefile.write(storage, rel, {SECTION: encode(snapshot, operator)}, meta={"kind": "operator"})
-
-
-def read(storage, path: str, stats: statefile.ReadStats | None = None) -> dict:
-    for _section, payload in statefile.read_key_groups(storage, path, range(SECTION, SECTION + 1), stats):
-        return serde.loads(payload)
-    return empty_snapshot()
-
-
-def load_snapshots(storage, handles: list[dict], stats: statefile.ReadStats | None = None) -> list[dict]:
-    """The operator-state handles of one operator (one per old subtask) → old subtask i's snapshot."""
-    if not handles:
-        return []
-    parallelism = max(h["parallelism"] for h in handles)
-    snapshots = [empty_snapshot() for _ in range(parallelism)]
-    for h in handles:
-        if h["parallelism"] == parallelism:
-            snapshots[h["subtask"]] = read(storage, h["path"], stats)
-    return snapshots
+def decode(payload: bytes | None) -> dict:
+    return serde.loads(payload) if payload is not None else empty_snapshot()
 
 
 def redistribute(snapshots: list[dict], parallelism: int) -> list[dict]:
@@ -327,10 +305,8 @@ def _split(name: str, elements: list, out: list[dict], start: int) -> int:
     return next_start
 
 
-def restore_subtask(storage, handles: list[dict], subtask: int, parallelism: int,
-                    stats: statefile.ReadStats | None = None) -> dict | None:
-    """What one new subtask restores from the committed operator-state handles (None: nothing)."""
-    snapshots = load_snapshots(storage, handles, stats)
+def restore_subtask(snapshots: list[dict], subtask: int, parallelism: int) -> dict | None:
+    """What one new subtask restores from the old subtasks' snapshots (None: nothing)."""
     if not snapshots:
         return None
     return redistribute(snapshots, parallelism)[subtask]

@@ -11,20 +11,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 
 from keyspan.datastream import timerservice
-from keyspan.runtime.event_time import LONG_MIN
+from keyspan.common.clock import LONG_MIN, wall_clock_ms
 from keyspan.state.api import MapStateDescriptor
 
 TIMER_STATE = "__ks_timers"
 EVENT_TIME = 0
 PROCESSING_TIME = 1
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
 
 class TimerService(timerservice.TimerService):
     """PyFlink's ``TimerService`` for one keyed operator instance (``ctx.timer_service()``)."""

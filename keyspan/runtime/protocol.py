@@ -1,0 +1,65 @@
+"""The driver ↔ task protocol: what the driver tells every task of an epoch (``EpochContext``), the
+shape of the rows tasks return, and how a failing user function is reported. The task's answer,
+the ``TaskReport``, belongs to the checkpoint vocabulary (``keyspan.checkpoint.handles``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+OUTPUT_SCHEMA = pa.schema([("_ks_exit", pa.int32()), ("_ks_sub", pa.int32()), ("_ks_ctl", pa.binary()),
+                           ("payload", pa.binary())])
+OUTPUT_DDL = "_ks_exit int, _ks_sub int, _ks_ctl binary, payload binary"
+DRIVER_EXIT = -1  # rows for driver sinks (print, collect, add_sink)
+CONTROL_EXIT = -2  # a terminal task's pickled TaskReport
+FLUSH_RECORDS = 16384  # records an exit buffers before they leave as chunks
+BROADCAST_CHUNK = "broadcast"  # in place of the key groups: an exchange chunk of a broadcast input
+RECORD_PREVIEW = 300  # characters of a failing record shown in the error
+
+
+@dataclass(frozen=True)
+class TimeContext:
+    """What every task needs to compute the watermarks after this epoch exactly as the driver will."""
+
+    origins: dict[str, dict]  # watermark origin uid → bound, idleness, splits, sources
+    state: dict  # the origins' time state of the last committed checkpoint
+    now: int  # the epoch's wall-clock time (ms)
+    finished: list[str]  # origins whose whole input is read by the end of this epoch
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    """Everything a task of one epoch is told by the driver (pickled into every stage function)."""
+
+    run_id: str
+    epoch: int
+    committed_epoch: int  # -1: nothing committed yet
+    committed_tokens: dict[str, str]  # "uid/subtask" → the attempt token the driver committed
+    manifest: dict  # the committed checkpoint's manifest (StateHandles per operator uid)
+    storage: Any  # the job's checkpoint storage (keyspan.io.storage.Storage)
+    backend: Any  # the state backend spec (HashMapStateBackend, EmbeddedRocksDBStateBackend)
+    max_chain: int  # deltas after which a subtask writes a full snapshot
+    full_all: bool  # parallelism changed: every subtask writes a full snapshot of its new range
+    time: TimeContext
+    job_parameters: dict = field(default_factory=dict)
+
+
+class UserFunctionError(RuntimeError):
+    """A user function raised; the message names the operator and shows the record."""
+
+    MARKER = "keyspan.UserFunctionError: "
+
+
+def user_error(op, subtask: int, exc: BaseException, record=None, method: str | None = None) -> UserFunctionError:
+    """The one error a failing user call becomes: operator (name, uid, subtask) and the record or call."""
+    if method is None:
+        text = repr(record)
+        if len(text) > RECORD_PREVIEW:
+            text = text[:RECORD_PREVIEW] + f"… ({len(text)} chars)"
+        where = f"on record {text}"
+    else:
+        where = f"in {method}"
+    return UserFunctionError(f"{UserFunctionError.MARKER}operator '{op.name}' (uid {op.uid}, subtask {subtask}) "
+                             f"failed {where}: {type(exc).__name__}: {exc}")

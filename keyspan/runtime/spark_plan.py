@@ -1,0 +1,165 @@
+"""The job's Spark side: one streaming DataFrame for all sources, and per epoch the DataFrames of its
+stages — one ``mapInArrow`` per stage, ``repartitionById`` per exchange — collected so that only
+control rows (and driver-sink records) come back to the driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from keyspan.connectors.sources import source_dataframe
+from keyspan.runtime.planner import ExitKind, InputFormat, PhysicalPlan
+from keyspan.runtime.protocol import CONTROL_EXIT, DRIVER_EXIT, OUTPUT_DDL, EpochContext
+from keyspan.runtime.worker.task import make_stage_function
+
+
+@dataclass
+class EpochRows:
+    control: list[bytes]  # pickled TaskReports of the terminal tasks
+    driver: list[tuple[int, bytes]]  # (subtask, pickled driver-sink records)
+
+
+class SparkStages:
+    def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None):
+        self.plan = plan
+        self.spark = spark
+        self.max_records_per_epoch = max_records_per_epoch
+        self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
+        self.readers: dict[int, object] = {}  # source index → its SourceReader (keyspan sources)
+        self.source_uids = {i: self._stage_of(t).plan.ops[0].uid for i, t in enumerate(plan.sources)}
+        self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
+        self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
+
+    def _stage_of(self, source):
+        return next(s for s in self.plan.stages if s.source is source)
+
+    # -- the sources --------------------------------------------------------------------------------
+    def source_stream(self, storage, parallelism: int, offsets: dict | None, wake_file: str | None):
+        """One streaming DataFrame for the whole job: several sources are unioned and told apart by
+        a ``_ks_src`` column, so every source advances in the same micro-batch (one consistent cut)."""
+        frames = []
+        for i, t in enumerate(self.plan.sources):
+            if hasattr(t.spec, "reader"):
+                reader = t.spec.reader(storage, self.source_uids[i])
+                start = offsets.get(str(i)) if offsets else None
+                limit = t.spec.max_per_epoch or (self.max_records_per_epoch if reader.unit == "records" else None)
+                df = source_dataframe(self.spark, reader, parallelism, limit, start, wake_file)
+                self.readers[i] = reader
+            elif hasattr(t.spec, "dataframe"):
+                df = t.spec.dataframe
+            else:
+                raise TypeError(f"source '{t.name}' is not a keyspan source or Spark DataFrame: {t.spec!r}")
+            self._columns[t.id] = df.columns
+            frames.append((t, df))
+        if len(frames) == 1:
+            return frames[0][1]
+        from pyspark.sql import functions as F
+
+        self._index = {t.id: i for i, (t, _) in enumerate(frames)}
+        tagged = [df.withColumn("_ks_src", F.lit(i)) for i, (_, df) in enumerate(frames)]
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+
+    def _source_batch(self, batch_df, t):
+        if self._index is None:
+            return batch_df
+        from pyspark.sql import functions as F
+
+        return batch_df.filter(F.col("_ks_src") == self._index[t.id]).select(*self._columns[t.id])
+
+    # -- one epoch ------------------------------------------------------------------------------------
+    def run(self, batch_df, ctx: EpochContext) -> EpochRows:
+        from pyspark.sql import functions as F
+
+        plan = self.plan
+        outputs = {}
+        consumers = {s.plan.stage_id: 0 for s in plan.stages}
+        for s in plan.stages:
+            for up, _ in s.inputs:
+                consumers[up] += 1
+            if not s.plan.has_downstream or any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
+                consumers[s.plan.stage_id] += 1
+        persisted = []
+        for s in plan.stages:
+            p = s.plan
+            if p.input_format == InputFormat.PUSHED_DOWN:
+                continue
+            if s.source is not None:
+                in_df = self._source_batch(batch_df, s.source)
+            elif p.input_format == InputFormat.TYPED_KEYED:
+                src = self._source_batch(batch_df, s.pushdown_source)
+                kg = F.pmod(F.xxhash64(*[_jvm_key_column(src, c) for c in s.pushdown_columns]),
+                            F.lit(p.max_parallelism)).cast("int")
+                routed = src.select("*", kg.alias("_ks_kg")).withColumn(
+                    "_ks_sub", F.expr(f"CAST(_ks_kg * {p.parallelism} DIV {p.max_parallelism} AS INT)"))
+                heartbeat = self.spark.range(p.parallelism).select(
+                    *[F.lit(None).cast(f.dataType).alias(f.name) for f in src.schema.fields],
+                    F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
+                in_df = routed.unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
+            else:
+                parts = [outputs[up].filter(F.col("_ks_exit") == exit_id) for up, exit_id in s.inputs]
+                if s.broadcast_inputs:
+                    parts = _broadcast_first(parts, s)
+                in_df = reduce(lambda a, b: a.union(b), parts).repartitionById(p.parallelism, "_ks_sub")
+                if s.broadcast_inputs:
+                    in_df = in_df.sortWithinPartitions("_ks_first", "_ks_seq").drop("_ks_first", "_ks_seq")
+            code, digest = self.stage_code[p.stage_id]
+            out = in_df.mapInArrow(make_stage_function(code, digest, ctx), OUTPUT_DDL)
+            if consumers[p.stage_id] > 1:
+                out = out.persist()
+                persisted.append(out)
+            outputs[p.stage_id] = out
+        finals = []
+        for s in plan.stages:
+            if s.plan.stage_id not in outputs:
+                continue
+            out = outputs[s.plan.stage_id]
+            if not s.plan.has_downstream:
+                finals.append(out)
+            elif any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
+                finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
+        try:
+            result = _collect_all([f.select("_ks_exit", "_ks_sub", "_ks_ctl", "payload") for f in finals])
+        finally:
+            for df in persisted:
+                df.unpersist()
+        rows = EpochRows([], [])
+        for row in result:
+            if row["_ks_exit"] == CONTROL_EXIT:
+                rows.control.append(bytes(row["_ks_ctl"]))
+            elif row["_ks_exit"] == DRIVER_EXIT:
+                rows.driver.append((row["_ks_sub"], bytes(row["payload"])))
+        return rows
+
+
+def _collect_all(frames) -> list:
+    """Each terminal stage is its own Spark job (run concurrently), never a union of stage outputs:
+    under a union, a task's partition id would no longer be its subtask index."""
+    if len(frames) == 1:
+        return frames[0].collect()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(frames)) as pool:
+        return [row for rows in pool.map(lambda f: f.collect(), frames) for row in rows]
+
+
+def _broadcast_first(parts, stage):
+    """Every subtask of a broadcast-process stage reads all broadcast-side rows of the epoch before the
+    other rows; rows of one upstream task keep their order (a sequence number taken before the shuffle)."""
+    from pyspark.sql import functions as F
+
+    return [df.select("*", F.lit(0 if edge in stage.broadcast_inputs else 1).alias("_ks_first"),
+                      F.monotonically_increasing_id().alias("_ks_seq"))
+            for df, edge in zip(parts, stage.inputs)]
+
+
+def _jvm_key_column(df, name):
+    """Cast so Spark's xxhash64 sees the same bytes stable_hash hashes for the Python value."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    dtype = df.schema[name].dataType
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+        return F.col(name).cast("long")
+    if isinstance(dtype, T.FloatType):
+        return F.col(name).cast("double")
+    return F.col(name)

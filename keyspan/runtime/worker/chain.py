@@ -1,0 +1,248 @@
+"""A stage's operator chain (Flink's chaining): each operator becomes a processor — a callable taking
+one record (an entry of a keyed stage: record, key, key group) — that calls the user's function and
+emits to the next processor or to an exit. Every user call that emits goes through ``emitting``,
+the one place where a user error is turned into a message naming operator and record."""
+
+from __future__ import annotations
+
+from keyspan.common.clock import LONG_MIN
+from keyspan.datastream.output_tag import OutputTag
+from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, OperatorKind
+from keyspan.runtime import event_time
+from keyspan.runtime.planner import ExitKind
+from keyspan.runtime.protocol import UserFunctionError, user_error
+from keyspan.runtime.worker import instances
+from keyspan.runtime.worker.contexts import (
+    BroadcastContext,
+    BroadcastReadOnlyContext,
+    BroadcastStates,
+    Clock,
+    Context,
+    KeyedBroadcastContext,
+    KeyedBroadcastOnTimerContext,
+    KeyedBroadcastReadOnlyContext,
+    KeyedContext,
+    OnTimerContext,
+    TaskRuntimeContext,
+)
+from keyspan.runtime.worker.exits import BroadcastExit, KeyedExit, RebalanceExit, frozen
+
+
+def emitting(op, subtask: int, call, emit, describe=None):
+    """``call(value, *args)`` returns None or an iterable of results, each emitted. A failure names the
+    operator and the record (or, with ``describe(value)``, the call: e.g. an on_timer firing)."""
+
+    def run(value, *args):
+        try:
+            outs = call(value, *args)
+            if outs is not None:
+                for out in outs:
+                    emit(out)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            if describe is None:
+                raise user_error(op, subtask, exc, record=value) from exc
+            raise user_error(op, subtask, exc, method=describe(value)) from exc
+    return run
+
+
+def _discard(value):
+    pass
+
+
+def fan_out(targets: list):
+    if not targets:
+        return _discard
+    if len(targets) == 1:
+        return targets[0]
+
+    def emit(value, _targets=tuple(targets)):
+        for t in _targets:
+            t(value)
+    return emit
+
+
+def with_side_outputs(main, side: dict):
+    """A process function's ``yield tag, value`` goes to side output ``tag`` (dropped if nobody reads it)."""
+    def emit(value):
+        if type(value) is tuple and len(value) == 2 and isinstance(value[0], OutputTag):
+            side.get(value[0].tag_id, _discard)(value[1])
+        else:
+            main(value)
+    return emit
+
+
+class OperatorChain:
+    """Builds the processors of a StageTask's chain (mixed into it: the chain reads the task's
+    subtask, epoch context, timestamp cell and exits)."""
+
+    def _build(self):
+        plan = self.plan
+        emitters = {}
+
+        def emitter_for(op):
+            if op.index in emitters:
+                return emitters[op.index]
+            main = [self._target(kind, ref, emitter_for) for kind, ref, tag in op.outputs if tag is None]
+            side: dict[str, list] = {}
+            for kind, ref, tag in op.outputs:
+                if tag is not None:
+                    side.setdefault(tag, []).append(self._target(kind, ref, emitter_for))
+            fn = fan_out(main)
+            if op.kind in SIDE_OUTPUT_KINDS:
+                fn = with_side_outputs(fn, {tag: fan_out(targets) for tag, targets in side.items()})
+            emitters[op.index] = fn
+            return fn
+
+        self.entry = [self._processor(plan.ops[i], emitter_for) for i in plan.entry]
+
+    def _target(self, kind, ref, emitter_for):
+        if kind == "exit":
+            return self._exit(ref)
+        return self._processor(self.plan.ops[ref], emitter_for)
+
+    def _exit(self, exit_id):
+        if exit_id in self.exits:
+            return self.exits[exit_id].add
+        spec = next(e for e in self.plan.exits if e.exit_id == exit_id)
+        if spec.kind == ExitKind.KEYED:
+            ex = KeyedExit(spec, self.plan.max_parallelism, self.ts_cell)
+        elif spec.kind == ExitKind.REBALANCE:
+            ex = RebalanceExit(spec, self.subtask, self.ts_cell)
+        elif spec.kind == ExitKind.BROADCAST:
+            ex = BroadcastExit(spec, self.ts_cell)
+        else:
+            raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
+        self.exits[exit_id] = ex
+        return ex.add
+
+    def _watermark(self, op) -> int:
+        """The operator's watermark during this epoch: the one reached after the previous epoch."""
+        return event_time.watermark_of(self.ctx.time.state, op.origins)
+
+    def _processor(self, op, emitter_for):
+        emit = emitter_for(op)
+        kind = op.kind
+        subtask = self.subtask
+        if op.watermark_strategy is not None:
+            return self._timestamp_assigner(op, emit)
+        if kind in (OperatorKind.SOURCE, OperatorKind.TIMESTAMPS):
+            return emit
+        if kind == OperatorKind.MAP:
+            f = self._method(op, "map")
+            return emitting(op, subtask, lambda value: (f(value),), emit)
+        if kind == OperatorKind.FLAT_MAP:
+            return emitting(op, subtask, self._method(op, "flat_map"), emit)
+        if kind == OperatorKind.FILTER:
+            f = self._method(op, "filter")
+            return emitting(op, subtask, lambda value: (value,) if f(value) else None, emit)
+        if kind == OperatorKind.PROCESS:
+            ctx = Context(self.ts_cell, Clock(self._watermark(op)))
+            pe = emitting(op, subtask, self._plain_function(op).process_element, emit)
+            return lambda value: pe(value, ctx)
+        if kind in BROADCAST_KINDS:
+            return self._broadcast_processor(op, emit)
+        if kind == OperatorKind.KEYED_PROCESS:
+            inst = self._instance(op, keyed=True)
+            backend = inst.backend
+            ctx = KeyedContext(backend, self.ts_cell, inst.timers)
+            self._start_timers(inst, op, emit, OnTimerContext(backend, self.ts_cell, inst.timers))
+            pe = emitting(op, subtask, inst.function.process_element, emit)
+
+            def process(value, key, kg):
+                backend.current_key = key
+                backend.current_key_group = kg
+                pe(value, ctx)
+            return process
+        if kind == OperatorKind.SINK:
+            writer = op.sink.create_writer(self.subtask, self.ctx.epoch, self.token)
+            self.sink_writers[op.index] = writer
+            return writer.write
+        if kind == OperatorKind.DRIVER_SINK:
+            append = self.driver_buffers.setdefault(op.driver_sink_index, []).append
+            return lambda value: append(frozen(value))
+        raise ValueError(f"unknown operator kind {kind}")
+
+    def _method(self, op, name: str):
+        """A MapFunction's ``map`` (etc.), or the plain callable the user passed."""
+        fn = self._plain_function(op)
+        return getattr(fn, name, fn)
+
+    def _timestamp_assigner(self, op, emit):
+        """A watermark origin that assigns timestamps: sets each record's timestamp and tracks the
+        largest one of its split (the whole source in a source stage, else this subtask)."""
+        assigner = op.watermark_strategy.timestamp_assigner
+        extract = assigner.extract_timestamp if assigner is not None else None
+        split = str(self.subtask if op.split is None else op.split)
+        seen = self.split_max.setdefault(op.uid, {}).setdefault(split, [LONG_MIN])
+        cell = self.ts_cell
+        subtask = self.subtask
+
+        def process(value):
+            if extract is not None:
+                try:
+                    ts = extract(value, cell[0])
+                except Exception as exc:
+                    raise user_error(op, subtask, exc, record=value) from exc
+                if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)):
+                    raise user_error(op, subtask, TypeError(
+                        f"extract_timestamp must return epoch milliseconds as int, got {ts!r}"), record=value)
+                cell[0] = ts
+            ts = cell[0]
+            if ts is not None and ts > seen[0]:
+                seen[0] = ts
+            emit(value)
+        return process
+
+    def _start_timers(self, inst, op, emit, timer_ctx) -> None:
+        """The keyed operator's clocks for this epoch; its due timers fire at the end (``_fire_timers``)."""
+        watermark = self._watermark(op)
+        inst.timers.watermark = watermark
+        inst.backend.current_watermark = watermark
+        self.keyed_emit = (inst, op, emit, timer_ctx)
+
+    def _broadcast_processor(self, op, emit):
+        """A (keyed) broadcast-process operator: returns the data-side processor and sets the
+        broadcast-side one, which the stage's input feeds first (see ``StageTask._consume``)."""
+        keyed = op.kind == OperatorKind.KEYED_BROADCAST_PROCESS
+        inst = self._instance(op, keyed=keyed)
+        fn = inst.function
+        backend = inst.backend
+        states = BroadcastStates(op, inst.operator_state)
+        cell = self.ts_cell
+        if keyed:
+            timers = inst.timers
+            read_ctx = KeyedBroadcastReadOnlyContext(states, cell, timers, backend)
+            write_ctx = KeyedBroadcastContext(states, cell, timers, backend)
+            self._start_timers(inst, op, emit, KeyedBroadcastOnTimerContext(states, cell, timers, backend))
+        else:
+            clock = Clock(self._watermark(op))
+            read_ctx, write_ctx = BroadcastReadOnlyContext(states, cell, clock), BroadcastContext(states, cell, clock)
+        pe = emitting(op, self.subtask, fn.process_element, emit)
+        pbe = emitting(op, self.subtask, fn.process_broadcast_element, emit)
+
+        def process_broadcast(value):
+            if backend is not None:
+                backend.current_key = None  # no current key on the broadcast side (as in Flink)
+            pbe(value, write_ctx)
+
+        self.broadcast_entry = process_broadcast
+        if keyed:
+            def process(value, key, kg):
+                backend.current_key = key
+                backend.current_key_group = kg
+                pe(value, read_ctx)
+            return process
+        return lambda value: pe(value, read_ctx)
+
+    def _plain_function(self, op):
+        """A non-keyed operator's function, opened: the plan's own object, or — for a
+        CheckpointedFunction — the function of an instance that keeps operator state across epochs."""
+        if instances.checkpointed(op.function) is not None:
+            return self._instance(op, keyed=False).function
+        fn = op.function
+        if hasattr(fn, "open"):
+            fn.open(TaskRuntimeContext(op, self.subtask, self.plan.parallelism, self.plan.max_parallelism,
+                                       self.attempt, job_parameters=self.ctx.job_parameters))
+        return fn

@@ -1,0 +1,112 @@
+"""Where records leave a stage: buffered per consumer subtask and emitted as pickled chunks
+(``(key groups, keys, records, timestamps or None)``), one Arrow row per chunk and subtask."""
+
+from __future__ import annotations
+
+from keyspan.io import serde
+from keyspan.runtime.protocol import BROADCAST_CHUNK
+from keyspan.state.keygroups import assign_to_key_group
+
+_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+
+def frozen(value):
+    """What a value is at the moment it is emitted or stored: mutable values are copied, as PyFlink
+    serializes on emit, so a function that mutates an object afterwards changes nothing."""
+    t = type(value)
+    if t in _IMMUTABLE:
+        return value
+    if isinstance(value, tuple) and all(type(v) in _IMMUTABLE for v in value):
+        return value
+    return serde.loads(serde.dumps(value))
+
+
+def _stamps(stamps: list):
+    """A chunk's timestamps, or None when its records have none (the common case without event time)."""
+    for t in stamps:
+        if t is not None:
+            return stamps
+    return None
+
+
+class Exit:
+    """Buffers the records of one exit; ``flush`` hands the chunks to ``row(exit_id, subtask, ctl, payload)``."""
+
+    def __init__(self, spec, cell):
+        self.parallelism = spec.consumer_parallelism
+        self.cell = cell  # the current record's event timestamp
+        self.records: list = []
+        self.stamps: list = []
+        self.buffered = 0
+
+    def add(self, record):
+        self.records.append(frozen(record))
+        self.stamps.append(self.cell[0])
+        self.buffered += 1
+
+    def flush(self, exit_id, row):
+        if not self.records:
+            return
+        for subtask, payload in self.route(self.records, _stamps(self.stamps)):
+            row(exit_id, subtask, None, payload)
+        self.records = []
+        self.stamps = []
+        self.buffered = 0
+
+    def route(self, records: list, stamps: list | None):
+        """(consumer subtask, chunk payload) pairs for the buffered records."""
+        raise NotImplementedError
+
+
+class BroadcastExit(Exit):
+    """Every record to every consumer subtask: one pickled chunk, sent once per subtask."""
+
+    def route(self, records, stamps):
+        payload = serde.dumps((BROADCAST_CHUNK, None, records, stamps))
+        return [(sub, payload) for sub in range(self.parallelism)]
+
+
+class RebalanceExit(Exit):
+    """Round robin over the consumer subtasks, continuing where the last flush stopped."""
+
+    def __init__(self, spec, subtask, cell):
+        super().__init__(spec, cell)
+        self.next = subtask % self.parallelism
+
+    def route(self, records, stamps):
+        n = self.parallelism
+        out = [((self.next + i) % n, serde.dumps((None, None, records[i::n], stamps[i::n] if stamps else None)))
+               for i in range(min(n, len(records)))]
+        self.next = (self.next + len(records)) % n
+        return out
+
+
+class KeyedExit:
+    """Routes by key group (``assign_to_key_group``), subtask = key group × p ÷ max p. Its ``add`` is
+    the hottest loop of a keyed job: buffers per subtask, no per-record objects."""
+
+    def __init__(self, spec, max_parallelism, cell):
+        self.selector = spec.key_selector
+        self.max_parallelism = max_parallelism
+        self.parallelism = spec.consumer_parallelism
+        self.cell = cell
+        self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
+        self.buffered = 0
+
+    def add(self, record):
+        record = frozen(record)
+        key = self.selector(record)
+        kg = assign_to_key_group(key, self.max_parallelism)
+        buf = self.buffers[kg * self.parallelism // self.max_parallelism]
+        buf[0].append(kg)
+        buf[1].append(key)
+        buf[2].append(record)
+        buf[3].append(self.cell[0])
+        self.buffered += 1
+
+    def flush(self, exit_id, row):
+        for sub, (kgs, keys, records, stamps) in enumerate(self.buffers):
+            if records:
+                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps))))
+        self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
+        self.buffered = 0

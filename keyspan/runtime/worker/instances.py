@@ -1,0 +1,167 @@
+"""Operator instances cached in a Python worker across epochs, and the exactly-once rules for them.
+
+An instance keeps its function and state between epochs. At the next epoch the driver says which
+attempt it committed: the instance confirms its pending changes if they were that attempt's, and
+rolls them back otherwise (invariant 1). A cache that is behind catches up from the deltas other
+workers wrote; an unknown or unusable one is rebuilt from the committed checkpoint. Workers are
+not sticky (DESIGN-NOTES), so nothing here assumes the same worker sees the next epoch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from keyspan.checkpoint import statefile
+from keyspan.checkpoint.handles import DELTA, OPERATOR, is_keyed, overlaps
+from keyspan.datastream.functions import CheckpointedFunction, KeyedBroadcastProcessFunction, KeyedProcessFunction
+from keyspan.datastream.transformation import BROADCAST_KINDS, user_function
+from keyspan.io import serde
+from keyspan.runtime.protocol import user_error
+from keyspan.runtime.worker import state_io
+from keyspan.runtime.worker.contexts import InitializationContext, TaskRuntimeContext
+from keyspan.runtime.worker.timers import TimerService
+from keyspan.state import operator as operator_state
+from keyspan.state.keygroups import compute_key_group_range_for_operator_index
+
+IDLE_INSTANCE_SECONDS = 120
+_INSTANCES: dict[tuple, "OperatorInstance"] = {}
+
+
+def checkpointed(function):
+    """The CheckpointedFunction behind an operator's function (through keyed adapters), or None."""
+    fn = user_function(function)
+    return fn if isinstance(fn, CheckpointedFunction) else None
+
+
+def _overrides_on_timer(function) -> bool:
+    on_timer = getattr(type(function), "on_timer", None)
+    return on_timer is not None and on_timer not in (KeyedProcessFunction.on_timer,
+                                                     KeyedBroadcastProcessFunction.on_timer)
+
+
+def evict_idle_instances(run_id: str) -> None:
+    """Python workers live across jobs: drop cached operators of other runs once they sit idle, so a
+    long-lived worker does not keep every finished job's state in memory."""
+    now = time.monotonic()
+    for key, inst in list(_INSTANCES.items()):
+        if key[0] != run_id and now - inst.last_used > IDLE_INSTANCE_SECONDS:
+            del _INSTANCES[key]
+            close = getattr(inst.backend, "close", None)
+            if close is not None:
+                close()
+
+
+class OperatorInstance:
+    """An operator instance with its state — a keyed state backend for a keyed operator, an operator
+    state store for a CheckpointedFunction or a broadcast-process operator — that lives in the worker
+    across epochs. Keyed changes of an uncommitted attempt are rolled back through the backend's undo
+    log; an instance with operator state is dropped instead and rebuilt from the checkpoint, because
+    its function may mirror that state in fields (Flink restarts such a task from the checkpoint)."""
+
+    def __init__(self, op, plan, subtask: int, attempt: int, backend_spec, key_groups: range | None,
+                 cache_key: tuple, job_parameters: dict | None = None):
+        self.op = op
+        self.key_groups = key_groups
+        self.cache_key = cache_key
+        self.last_used = time.monotonic()
+        self.backend = backend_spec.create_keyed_backend(op.uid, key_groups) if key_groups is not None else None
+        if self.backend is not None:
+            self.backend.operator = f"{op.name}' (uid '{op.uid}"  # how errors name the operator
+        self.function = serde.loads(serde.dumps_function(op.function))  # own copy per instance
+        self.checkpointed = checkpointed(self.function)
+        self.operator_state = None  # a DefaultOperatorStateStore once initialized, if the operator keeps any
+        self.has_operator_state = self.checkpointed is not None or op.kind in BROADCAST_KINDS
+        self.timers = TimerService(self.backend) if self.backend is not None else None
+        self.fires_timers = _overrides_on_timer(self.function)
+        self.runtime_context = TaskRuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
+                                                  self.backend, job_parameters)
+        self.version = None  # last epoch whose state this instance holds, confirmed
+        self.pending = None  # (epoch, token) written but not yet known to be committed
+        self.opened = False
+
+    def open(self):
+        if not self.opened:
+            if hasattr(self.function, "open"):
+                self.function.open(self.runtime_context)
+            self.opened = True
+
+    def settle(self, committed_epoch: int, committed_tokens: dict, state_id: str) -> None:
+        """Confirm last epoch's changes if the driver committed this attempt, else undo them."""
+        if self.pending is None:
+            return
+        epoch, token = self.pending
+        if epoch == committed_epoch and committed_tokens.get(state_id) == token:
+            if self.backend is not None:
+                self.backend.confirm()
+            self.version = epoch
+        else:
+            self.rollback()
+        self.pending = None
+
+    def rollback(self) -> None:
+        if self.backend is not None:
+            self.backend.rollback()
+            self.timers.invalidate()
+
+
+def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[OperatorInstance, int]:
+    """The operator's instance for this epoch, as of the committed checkpoint: the cached one settled
+    (and caught up), or a new one restored; also the state bytes read for it."""
+    evict_idle_instances(ctx.run_id)
+    if keyed:
+        key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
+        cache_key = (ctx.run_id, op.uid, subtask, key_groups.start, key_groups.stop)
+    else:
+        key_groups = None
+        cache_key = (ctx.run_id, op.uid, subtask, "p", plan.parallelism)
+    handles = [h for h in ctx.manifest.get(op.uid, []) if is_keyed(h)]
+    committed = ctx.committed_epoch
+    restored = 0
+    inst = _INSTANCES.pop(cache_key, None)
+    if inst is not None:
+        inst.settle(committed, ctx.committed_tokens, f"{op.uid}/{subtask}")
+        if inst.version != committed:
+            newer = [h for h in handles if inst.version is not None and h["epoch"] > inst.version
+                     and overlaps(h, key_groups)] if keyed else []
+            if (keyed and not inst.has_operator_state and inst.version is not None
+                    and inst.version < committed and all(h["kind"] == DELTA for h in newer)):
+                restored += state_io.restore_keyed(inst.backend, newer, key_groups, ctx.storage)
+                inst.timers.invalidate()
+                inst.version = committed
+            else:
+                inst = None
+    if inst is None:
+        inst = OperatorInstance(op, plan, subtask, attempt, ctx.backend, key_groups, cache_key, ctx.job_parameters)
+        if keyed:
+            restored += state_io.restore_keyed(inst.backend, handles, key_groups, ctx.storage)
+        inst.version = committed
+        if inst.has_operator_state:
+            restored += _initialize(inst, ctx, subtask, plan.parallelism)
+    inst.open()
+    return inst, restored
+
+
+def _initialize(inst: OperatorInstance, ctx, subtask: int, parallelism: int) -> int:
+    """Operator state of the committed checkpoint, redistributed to this subtask, then
+    ``initialize_state`` (before ``open``)."""
+    handles = [h for h in ctx.manifest.get(inst.op.uid, []) if h["kind"] == OPERATOR]
+    stats = statefile.ReadStats()
+    restored = state_io.restore_operator_state(ctx.storage, handles, subtask, parallelism, stats)
+    inst.operator_state = operator_state.DefaultOperatorStateStore(inst.op.name, restored)
+    if inst.checkpointed is not None:
+        committed = ctx.committed_epoch
+        context = InitializationContext(committed if committed >= 0 else None, inst.operator_state,
+                                        inst.runtime_context if inst.backend is not None else None)
+        try:
+            inst.checkpointed.initialize_state(context)
+        except Exception as exc:
+            raise user_error(inst.op, subtask, exc, method="initialize_state") from exc
+    return stats.bytes_read
+
+
+def park(instances, epoch: int, token: str) -> None:
+    """This attempt's changes stay pending until the driver says which attempt it committed."""
+    for inst in instances:
+        inst.pending = (epoch, token)
+        inst.last_used = time.monotonic()
+        _INSTANCES[inst.cache_key] = inst

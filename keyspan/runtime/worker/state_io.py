@@ -1,0 +1,77 @@
+"""Between state and checkpoint files: a task's snapshot of its operators' state after an epoch, and
+the restores of a subtask's key groups and operator state. ``state`` and ``checkpoint`` never import
+each other; this module is where they meet."""
+
+from __future__ import annotations
+
+from keyspan.checkpoint import statefile
+from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, StateHandle
+from keyspan.checkpoint.manifest import full_snapshot_due, restore_order
+from keyspan.state import operator as operator_state
+
+
+def restore_keyed(backend, handles: list[StateHandle], key_groups: range, storage,
+                  after_epoch: int | None = None) -> int:
+    """Apply the committed files of ``key_groups`` (newer than ``after_epoch``) to ``backend``, one key
+    group at a time; returns the bytes read."""
+    stats = statefile.ReadStats()
+    for h in restore_order(handles, key_groups, after_epoch):
+        for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
+            backend.restore_payload(kg, payload)
+            del payload  # not held while the next key group is read
+    return stats.bytes_read
+
+
+def load_operator_snapshots(storage, handles: list[StateHandle],
+                            stats: statefile.ReadStats | None = None) -> list[dict]:
+    """One operator's operator-state files (of the newest parallelism) → old subtask i's snapshot."""
+    handles = [h for h in handles if h["kind"] == OPERATOR]
+    if not handles:
+        return []
+    old_parallelism = max(h["parallelism"] for h in handles)
+    snapshots = [operator_state.empty_snapshot() for _ in range(old_parallelism)]
+    for h in handles:
+        if h["parallelism"] == old_parallelism:
+            snapshots[h["subtask"]] = operator_state.decode(statefile.read_section(storage, h["path"], stats))
+    return snapshots
+
+
+def restore_operator_state(storage, handles: list[StateHandle], subtask: int, parallelism: int,
+                           stats: statefile.ReadStats) -> dict | None:
+    """The operator state one new subtask starts with: every old subtask's snapshot, redistributed
+    as Flink does (see ``keyspan.state.operator``)."""
+    return operator_state.restore_subtask(load_operator_snapshots(storage, handles, stats), subtask, parallelism)
+
+
+def _name(uid: str, epoch: int, subtask: int, token: str, kind: str) -> str:
+    return f"state/{uid}/e{epoch:010d}-s{subtask:04d}-{token}.{kind}"
+
+
+def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tuple[list[StateHandle], dict]:
+    """Write the epoch's state of every operator instance under names unique to this attempt: operator
+    state whole, keyed state as a delta of what the epoch changed or — when compaction is due or the
+    parallelism changed — a full snapshot of the subtask's key groups."""
+    handles: list[StateHandle] = []
+    tokens = {}
+    epoch = ctx.epoch
+    for inst in instances:
+        uid = inst.op.uid
+        tokens[f"{uid}/{subtask}"] = token
+        if inst.operator_state is not None:
+            rel = _name(uid, epoch, subtask, token, OPERATOR)
+            payload = operator_state.encode(inst.operator_state.snapshot(), inst.op.name)
+            written = statefile.write_section(ctx.storage, rel, payload, meta={"kind": OPERATOR})
+            # kg: an empty key-group range — the file holds no key group, keyed restores skip it
+            handles.append(StateHandle(uid=uid, kind=OPERATOR, epoch=epoch, kg=[0, 0], subtask=subtask,
+                                       parallelism=parallelism, **written))
+        if inst.backend is None:
+            continue
+        full = ctx.full_all or full_snapshot_due(ctx.manifest.get(uid, []), inst.key_groups, ctx.max_chain)
+        sections = inst.backend.full_sections() if full else inst.backend.delta_sections()
+        if not sections and not full:
+            continue
+        kind = FULL if full else DELTA
+        written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, kind), sections)
+        handles.append(StateHandle(uid=uid, kind=kind, epoch=epoch, kg=[inst.key_groups.start, inst.key_groups.stop],
+                                   subtask=subtask, **written))
+    return handles, tokens

@@ -1,0 +1,311 @@
+"""What runs inside a Spark task: one stage for one subtask of one epoch.
+
+The task reads its input Arrow batches, pushes records through the stage's operator chain, writes
+the epoch's state changes and staged sink output under attempt-unique names, and ends with a
+control row — its ``TaskReport`` — naming what it wrote. The driver commits exactly the attempts
+whose reports reached it (invariant 1); operator instances and their state stay cached in the
+Python worker between epochs and are confirmed, rolled back or reloaded at the next epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import pyarrow as pa
+
+from keyspan.checkpoint.handles import TaskReport
+from keyspan.common.clock import wall_clock_ms
+from keyspan.common.types import named_row_class
+from keyspan.datastream.functions import TimeDomain
+from keyspan.io import serde
+from keyspan.metrics import metricbase
+from keyspan.runtime import event_time
+from keyspan.runtime.planner import ExitKind, InputFormat, StagePlan
+from keyspan.runtime.protocol import (
+    BROADCAST_CHUNK,
+    CONTROL_EXIT,
+    DRIVER_EXIT,
+    FLUSH_RECORDS,
+    OUTPUT_SCHEMA,
+    EpochContext,
+    user_error,
+)
+from keyspan.runtime.worker import instances, state_io
+from keyspan.runtime.worker.chain import OperatorChain, emitting
+from keyspan.runtime.worker.contexts import SnapshotContext
+from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
+
+_PLANS: dict[str, StagePlan] = {}
+
+
+def make_stage_function(plan_bytes: bytes, digest: str, ctx: EpochContext):
+    """The function given to ``mapInArrow``; the plan travels as bytes and is unpickled once per worker."""
+
+    def run(batches):
+        plan = _PLANS.get(digest)
+        if plan is None:
+            plan = _PLANS[digest] = serde.loads(plan_bytes)
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        attempt = tc.attemptNumber() if tc else 0
+        subtask = tc.partitionId() if tc else 0
+        if plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
+            # A partition id is not the subtask once Spark unions stage outputs; every partition of an
+            # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
+            batches = iter(batches)
+            first = next((b for b in batches if b.num_rows), None)
+            if first is not None:
+                subtask = first.column(first.schema.get_field_index("_ks_sub"))[0].as_py()
+                batches = itertools.chain([first], batches)
+        yield from StageTask(plan, ctx, subtask, attempt).run(batches)
+
+    return run
+
+
+class StageTask(OperatorChain):
+    def __init__(self, plan: StagePlan, ctx: EpochContext, subtask: int, attempt: int):
+        self.plan = plan
+        self.ctx = ctx
+        self.subtask = subtask
+        self.attempt = attempt
+        self.token = uuid.uuid4().hex[:16]
+        self.records_in = 0
+        self.records_out = 0  # records sent downstream or to driver sinks
+        self.restored_bytes = 0
+        self.out_exit: list[int] = []
+        self.out_sub: list[int] = []
+        self.out_ctl: list = []
+        self.out_payload: list = []
+        self.upstream: list = []
+        self.instances: list[instances.OperatorInstance] = []
+        self.sink_writers: dict[int, object] = {}
+        self.exits = {}
+        self.driver_buffers: dict[int, list] = {}
+        self.broadcast_entry = None  # the broadcast-side input of a broadcast-process stage
+        self.ts_cell = [None]  # the event timestamp of the record being processed (None: none)
+        self.split_max: dict[str, dict[str, list]] = {}  # origin uid → {split: [max timestamp]} of this epoch
+        self.keyed_emit = None  # (instance, op, emit, timer context) of the keyed operator, whose timers fire at the end
+        self.entry: list = []
+
+    def _instance(self, op, keyed: bool) -> instances.OperatorInstance:
+        inst, restored = instances.acquire(op, self.plan, self.subtask, self.attempt, self.ctx, keyed)
+        self.restored_bytes += restored
+        self.instances.append(inst)
+        return inst
+
+    # -- output rows ---------------------------------------------------------------------------
+    def _row(self, exit_id, sub, ctl, payload):
+        self.out_exit.append(exit_id)
+        self.out_sub.append(sub)
+        self.out_ctl.append(ctl)
+        self.out_payload.append(payload)
+
+    def _take_batch(self):
+        if not self.out_exit:
+            return None
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(self.out_exit, pa.int32()), pa.array(self.out_sub, pa.int32()),
+             pa.array(self.out_ctl, pa.binary()), pa.array(self.out_payload, pa.binary())], schema=OUTPUT_SCHEMA)
+        self.out_exit, self.out_sub, self.out_ctl, self.out_payload = [], [], [], []
+        return batch
+
+    def _buffered(self) -> int:
+        return sum(e.buffered for e in self.exits.values())
+
+    def _flush_exits(self):
+        self.records_out += self._buffered()
+        for exit_id, ex in self.exits.items():
+            ex.flush(exit_id, self._row)
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, batches):
+        try:
+            metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)
+            self._build()
+            yield from self._consume(batches)
+            yield from self._finish()
+        except BaseException:
+            for inst in self.instances:
+                inst.rollback()
+            raise
+
+    def _consume(self, batches):
+        plan = self.plan
+        fmt = plan.input_format
+        entry = self.entry
+        single = entry[0] if len(entry) == 1 else None
+        row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
+        cell = self.ts_cell
+        if len(entry) > 1 and any(op.watermark_strategy is not None for op in plan.ops):
+            # a source feeding several branches: a timestamp assigned on one branch must not leak into another
+            def reset_timestamp(e):
+                def run(r):
+                    cell[0] = None
+                    e(r)
+                return run
+            entry = [reset_timestamp(e) for e in entry]
+        for batch in batches:
+            if fmt == InputFormat.CHUNKS:
+                for payload in batch.column(0).to_pylist():
+                    records = serde.loads(payload)
+                    self.records_in += len(records)
+                    for r in records:
+                        for e in entry:
+                            e(r)
+            elif fmt == InputFormat.TYPED:
+                cls = named_row_class(tuple(batch.schema.names))
+                cols = [c.to_pylist() for c in batch.columns]
+                self.records_in += batch.num_rows
+                new = tuple.__new__
+                for values in zip(*cols):
+                    r = new(cls, values)
+                    for e in entry:
+                        e(r)
+            elif fmt == InputFormat.TYPED_KEYED:
+                names = batch.schema.names
+                kg_col = batch.column(names.index("_ks_kg")).to_pylist()
+                cols = [batch.column(names.index(n)).to_pylist() for n in plan.typed_fields]
+                select = plan.key_selector
+                new = tuple.__new__
+                self.records_in += batch.num_rows - kg_col.count(-1)
+                for kg, values in zip(kg_col, zip(*cols)):
+                    if kg < 0:
+                        continue  # the heartbeat row that tells this task its subtask
+                    r = new(row_cls, values)
+                    single(r, select(r), kg)
+            else:  # an exchange
+                ctl = batch.column(2).to_pylist()
+                payloads = batch.column(3).to_pylist()
+                for c, payload in zip(ctl, payloads):
+                    if c is not None:
+                        self.upstream.append(c)
+                        continue
+                    kgs, keys, records, stamps = serde.loads(payload)
+                    self.records_in += len(records)
+                    cell[0] = None
+                    if kgs == BROADCAST_CHUNK:  # the broadcast side, sorted first
+                        process_broadcast = self.broadcast_entry
+                        if stamps is None:
+                            for r in records:
+                                process_broadcast(r)
+                        else:
+                            for r, cell[0] in zip(records, stamps):
+                                process_broadcast(r)
+                    elif plan.keyed:
+                        if stamps is None:
+                            for kg, key, r in zip(kgs, keys, records):
+                                single(r, key, kg)
+                        else:
+                            for kg, key, r, cell[0] in zip(kgs, keys, records, stamps):
+                                single(r, key, kg)
+                    else:
+                        for i, r in enumerate(records):
+                            if stamps is not None:
+                                cell[0] = stamps[i]
+                            for e in entry:
+                                e(r)
+            if self._buffered() >= FLUSH_RECORDS:
+                self._flush_exits()
+                out = self._take_batch()
+                if out is not None:
+                    yield out
+
+    def _fire_timers(self):
+        """Fire the keyed operator's timers that the new watermark (the one after this epoch, computed
+        from every upstream origin's report) or the wall clock has passed, in timestamp order."""
+        inst, op, emit, ctx = self.keyed_emit
+        timers = inst.timers
+        if not (inst.fires_timers or timers.active):
+            return
+        watermark = event_time.watermark_of(self._time_after_epoch(), op.origins)
+        timers.watermark = watermark
+        inst.backend.current_watermark = watermark
+        backend = inst.backend
+        on_timer = emitting(op, self.subtask, inst.function.on_timer, emit,
+                            describe=lambda ts: f"on_timer({ts}) for key {backend.current_key!r}")
+        cell = self.ts_cell
+        while True:
+            domain = TimeDomain.EVENT_TIME
+            ts = timers.pop_due(EVENT_TIME, watermark)
+            if ts is None:
+                domain = TimeDomain.PROCESSING_TIME
+                ts = timers.pop_due(PROCESSING_TIME, wall_clock_ms())
+                if ts is None:
+                    return
+            ctx.domain = domain
+            ctx.firing = ts
+            cell[0] = ts if domain is TimeDomain.EVENT_TIME else None
+            on_timer(ts, ctx)
+            if self._buffered() >= FLUSH_RECORDS:
+                self._flush_exits()
+
+    def _time_after_epoch(self) -> dict:
+        """The origins' time state after this epoch: what the driver will commit, computed from the
+        reports of every upstream task (each consumer task receives all of them)."""
+        reports = {}
+        seen = set()
+        stack = list(self.upstream)
+        while stack:
+            raw = stack.pop()
+            if raw in seen:
+                continue
+            seen.add(raw)
+            report: TaskReport = serde.loads(raw)
+            event_time.merge_reports(reports, report.splits)
+            stack.extend(report.upstream)
+        event_time.merge_reports(reports, self._split_report())
+        t = self.ctx.time
+        return event_time.advance(t.origins, t.state, reports, t.now, t.finished)
+
+    def _split_report(self) -> dict:
+        return {uid: {split: m[0] for split, m in splits.items()} for uid, splits in self.split_max.items()}
+
+    def _finish(self):
+        if self.keyed_emit is not None:
+            self._fire_timers()
+        handles, tokens = self._snapshot_state()
+        sinks = []
+        for index, writer in self.sink_writers.items():
+            h = writer.finish()
+            if h is not None:
+                h["sink"] = self.plan.ops[index].uid
+                sinks.append(h)
+        for sink_index, records in self.driver_buffers.items():
+            for i in range(0, len(records), FLUSH_RECORDS):
+                self._row(DRIVER_EXIT, self.subtask, None, serde.dumps((sink_index, records[i:i + FLUSH_RECORDS])))
+        self._flush_exits()
+        control = serde.dumps(TaskReport(
+            stage=self.plan.stage_id, subtask=self.subtask, token=self.token, attempt=self.attempt,
+            handles=handles, tokens=tokens, sinks=sinks, records=self.records_in,
+            records_out=self.records_out + sum(map(len, self.driver_buffers.values())),
+            restored_bytes=self.restored_bytes, upstream=self.upstream,
+            states={inst.op.uid: inst.backend.describe_states() for inst in self.instances
+                    if inst.backend is not None},
+            splits=self._split_report(),
+            next_timer=min((t for t in (inst.timers.next_processing_time() for inst in self.instances
+                                        if inst.timers is not None) if t is not None), default=None),
+            metrics=metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),
+        ))
+        downstream = [e for e in self.plan.exits if e.kind != ExitKind.DRIVER]
+        if downstream:
+            for e in downstream:
+                for sub in range(e.consumer_parallelism):
+                    self._row(e.exit_id, sub, control, None)
+        else:
+            self._row(CONTROL_EXIT, self.subtask, control, None)
+        out = self._take_batch()
+        if out is not None:
+            yield out
+        instances.park(self.instances, self.ctx.epoch, self.token)
+
+    def _snapshot_state(self):
+        context = SnapshotContext(self.ctx.epoch)
+        for inst in self.instances:
+            if inst.checkpointed is not None:
+                try:
+                    inst.checkpointed.snapshot_state(context)
+                except Exception as exc:
+                    raise user_error(inst.op, self.subtask, exc, method="snapshot_state") from exc
+        return state_io.snapshot(self.instances, self.ctx, self.subtask, self.plan.parallelism, self.token)
