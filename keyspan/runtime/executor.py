@@ -588,6 +588,7 @@ class JobRunner:
         previous = self.committed["manifest"] if self.committed else {}
         manifest = next_manifest(previous, handles)
         operators = self._describe_operators(reports)
+        self.observer.committing(epoch, bytes_written, manifest)  # observability
         with self._files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
