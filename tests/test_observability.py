@@ -167,6 +167,12 @@ def test_mutating_rest_calls_need_the_token(job):
     assert oct((job.workdir / "api-token").stat().st_mode & 0o777) == "0o600"
 
 
+def _savepoint_via(job, path: str, body: dict) -> str:
+    """POST a savepoint or stop with ``body`` and wait for the savepoint's location."""
+    trigger = httpx.post(f"{job.url}/jobs/{JOB_ID}/{path}", json=body, headers=job.auth, timeout=10).json()
+    return _await_savepoint(job, trigger["request-id"])
+
+
 def _await_savepoint(job, trigger: str) -> str:
     def done():
         answer = httpx.get(f"{job.url}/jobs/{JOB_ID}/savepoints/{trigger}", timeout=10).json()
@@ -178,10 +184,7 @@ def _await_savepoint(job, trigger: str) -> str:
 
 def test_rest_takes_flink_bodies_and_lists_jobs_checkpoints_exceptions(job):
     target = job.root / "flink-savepoints"
-    trigger = httpx.post(f"{job.url}/jobs/{JOB_ID}/savepoints", json={"target-directory": f"file://{target}",
-                                                                       "cancel-job": False},
-                         headers=job.auth, timeout=10).json()["request-id"]
-    location = _await_savepoint(job, trigger)
+    location = _savepoint_via(job, "savepoints", {"target-directory": f"file://{target}", "cancel-job": False})
     assert location.startswith(f"file://{target}") and any(target.iterdir())
     assert job.proc.poll() is None  # cancel-job false: still running
     jobs = httpx.get(f"{job.url}/jobs", timeout=10).json()["jobs"]
@@ -261,10 +264,7 @@ def test_list_and_status_of_a_running_job(job):
 
 def test_stop_with_drain_then_a_killed_driver_is_reported_not_running(job):
     target = job.root / "stop-savepoints"
-    trigger = httpx.post(f"{job.url}/jobs/{JOB_ID}/stop", json={"targetDirectory": f"file://{target}",
-                                                                "drain": True},
-                         headers=job.auth, timeout=10).json()["request-id"]
-    location = _await_savepoint(job, trigger)
+    location = _savepoint_via(job, "stop", {"targetDirectory": f"file://{target}", "drain": True})
     assert location.startswith(f"file://{target}")
     assert job.proc.wait(timeout=120) == 0
     # drain: the watermarks went to the end before the final savepoint, as after the end of bounded input

@@ -156,9 +156,10 @@ class CheckpointCoordinator:
         print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.consecutive_failures} of "
               f"{self.tolerable_failures} tolerated, running the epoch again", file=sys.stderr)
 
-    def commit(self, epoch: int, reports: dict[tuple[int, int], TaskReport], **row) -> dict:
+    def commit(self, epoch: int, reports: dict[tuple[int, int], TaskReport], before_commit=None, **row) -> dict:
         """Commit the epoch in one metadata transaction, publish its sink output, then retention.
-        ``row``: the rest of the checkpoint row (run, offsets, parallelism, event time, …)."""
+        ``before_commit(epoch, bytes_written, manifest)`` runs just before the commit point (statistics
+        that whoever sees the checkpoint must see too); ``row``: the rest of the checkpoint row."""
         handles, tokens, sinks = [], {}, {}
         records = bytes_written = 0
         for (stage, _), report in reports.items():
@@ -170,6 +171,8 @@ class CheckpointCoordinator:
                 records += report.records
             bytes_written += sum(h["bytes"] for h in report.handles)
         manifest = next_manifest(self.committed["manifest"] if self.committed else {}, handles)
+        if before_commit is not None:
+            before_commit(epoch, bytes_written, manifest)
         with self.files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(

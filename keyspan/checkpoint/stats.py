@@ -51,9 +51,9 @@ def full_state_size(manifest: dict) -> int:
 
 def record_checkpoint(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,
                       full_size: int) -> None:
-    with _engine(store).begin() as c:  # an epoch number comes again after a fresh start or a restore
-        c.execute(delete(checkpoint_stats).where((checkpoint_stats.c.job_id == job_id)
-                                                 & (checkpoint_stats.c.epoch == epoch)))
+    with _engine(store).begin() as c:
+        c.execute(delete(checkpoint_stats).where((checkpoint_stats.c.job_id == job_id) &
+                                                 (checkpoint_stats.c.epoch == epoch)))
         c.execute(insert(checkpoint_stats).values(
             job_id=job_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
             duration_ms=(ended_at - started_at) * 1000, bytes_written=bytes_written, full_size=full_size))

@@ -25,26 +25,32 @@ class JobObserver:
         self.registry = job_registry(self.metrics)
         self.sources = {}  # source index → (operator uid, reader) of the sources that can tell their backlog
         self.epoch_start = None
-        self.run_start = time.time()
+        self.epoch_end = None
         self.restoring = runner.committed is not None
         runner.progress.metrics = self.metrics
 
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
 
+    def committing(self, epoch: int, bytes_written: int, manifest: dict) -> None:
+        """Just before the commit point: the checkpoint's statistics are written first, so whoever sees
+        the committed checkpoint also sees its duration and size (a failed commit leaves an orphan
+        row that nothing reads and the epoch's retry replaces)."""
+        self.epoch_end = time.time()
+        checkpoint_stats.record_checkpoint(self.runner.store, self.runner.job_id, epoch, self.epoch_start or
+                                           self.epoch_end, self.epoch_end, bytes_written,
+                                           checkpoint_stats.full_state_size(manifest))
+
     def committed(self, epoch: int, reports: dict) -> None:
         checkpoint = self.runner.committed
         bytes_written, manifest, records = checkpoint["bytes_written"], checkpoint["manifest"], checkpoint["records"]
-        ended = time.time()
-        started = self.epoch_start or ended
+        started, ended = self.epoch_start or self.epoch_end, self.epoch_end
         if self.restoring:  # the run's first epoch reads the restored state
             self.metrics.restored(ended - started)
             self.restoring = False
         self.metrics.epoch_committed(epoch, reports, started, ended, bytes_written, manifest,
                                      self.runner.committed.get("event_time"), records)
         self._record_backlog()
-        checkpoint_stats.record_checkpoint(self.runner.store, self.runner.job_id, epoch, started, ended, bytes_written,
-                                           checkpoint_stats.full_state_size(manifest))
 
     def checkpoint_failed(self, epoch: int, cause: str) -> None:
         self.metrics.checkpoint_failed(epoch, cause)
