@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from keyspan.common.formatting import human_bytes
+
 err = Console(stderr=True)
 
 
@@ -28,12 +30,6 @@ def _age(seconds: float | None) -> str:
         return "-"
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
         f"{seconds / 3600:.1f} h"
-
-
-def _bytes(n) -> str:
-    from keyspan.runtime.progress_display import _bytes as fmt
-
-    return fmt(n)
 
 
 def _store(workdir: Optional[str], metadata_url: Optional[str]):
@@ -125,16 +121,16 @@ def status(
                         f"{o['records_per_second']:,.0f}")
         out.print(ops)
         if cp:
-            out.print(f"last checkpoint {cp['epoch']}: {cp['duration_ms']:,.0f} ms, {_bytes(cp['size'])} written, "
-                      f"full state {_bytes(cp['full_size'])}")
+            out.print(f"last checkpoint {cp['epoch']}: {cp['duration_ms']:,.0f} ms, {human_bytes(cp['size'])} written, "
+                      f"full state {human_bytes(cp['full_size'])}")
     history = checkpoint_stats.checkpoint_history(store, job_id, limit=5)
     table = Table(title="last checkpoints")
     for col in ("epoch", "committed at", "duration", "written", "full size", "records"):
         table.add_column(col)
     for c in reversed(history):
         table.add_row(str(c["epoch"]), _when(c["committed_at"]),
-                      "-" if c["duration_ms"] is None else f"{c['duration_ms']:,.0f} ms", _bytes(c["bytes_written"]),
-                      _bytes(c["full_size"]), str(c["records"]))
+                      "-" if c["duration_ms"] is None else f"{c['duration_ms']:,.0f} ms", human_bytes(c["bytes_written"]),
+                      human_bytes(c["full_size"]), str(c["records"]))
     out.print(table)
     for f in checkpoint_stats.failed_checkpoints(store, job_id, limit=3):
         out.print(f"[red]checkpoint of epoch {f['epoch']} failed at {_when(f['failed_at'])}: {f['cause']}[/red]")

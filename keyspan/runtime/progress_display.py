@@ -9,18 +9,10 @@ from __future__ import annotations
 
 import sys
 
+from keyspan.common.formatting import human_bytes
 from keyspan.common.logs import get_logger
 
 log = get_logger("keyspan.progress")
-
-
-def _bytes(n) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
 
 
 def _duration(ms) -> str:
@@ -56,7 +48,7 @@ class ProgressDisplay:
         return (f"epochs {self.epochs:,}  records {self.records:,}  {s.get('records_per_second', 0):,.0f} rec/s  "
                 f"last epoch {_duration(s.get('last_epoch_ms'))}  watermark lag {lag}  "
                 f"last checkpoint {self.last_checkpoint if self.last_checkpoint is not None else '-'} "
-                f"({_bytes(cp.get('size'))})")
+                f"({human_bytes(cp.get('size'))})")
 
     def _renderable(self):
         from rich.text import Text
