@@ -63,6 +63,7 @@ from keyspan.datastream.window import (
     TumblingProcessingTimeWindows,
 )
 from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream, count_window
+from keyspan.runtime.operators.window import WindowOperator
 from keyspan.state.heap import HeapKeyedStateBackend
 
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
@@ -272,6 +273,7 @@ class _Context:
 
 class _FakeKeyedStream:
     def _keyed(self, function, name, output_type=None):
+        function = WindowOperator(function)  # the runtime builds the operator from the API's descriptor
         function.transformation_name = name
         return function
 

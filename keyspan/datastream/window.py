@@ -33,7 +33,7 @@ __all__ = [
     "SessionWindowTimeGapExtractor",
     "TriggerResult", "Trigger", "EventTimeTrigger", "ProcessingTimeTrigger", "ContinuousEventTimeTrigger",
     "ContinuousProcessingTimeTrigger", "CountTrigger", "PurgingTrigger", "NeverTrigger",
-    "TimeWindowSerializer", "CountWindowSerializer", "GlobalWindowSerializer",
+    "TimeWindowSerializer", "CountWindowSerializer", "GlobalWindowSerializer", "WindowOperationDescriptor",
 ]
 
 MAX_LONG_VALUE = (1 << 63) - 1
@@ -1018,3 +1018,40 @@ class CountSlidingWindowAssigner(_CountAssigner):
 
     def __repr__(self):
         return f"CountSlidingWindowAssigner({self._window_size}, {self._window_slide})"
+
+
+class WindowOperationDescriptor(object):
+    """What a window operation is, as plain data (PyFlink's ``WindowOperationDescriptor``): the API
+    (``WindowedStream``) produces it, the runtime builds its window operator from it
+    (``keyspan.runtime.operators.window``).
+
+    ``window_state_descriptor`` says how a pane keeps its elements: a ``ReducingStateDescriptor``
+    (``reduce``), an ``AggregatingStateDescriptor`` (``aggregate``) or a ``ListStateDescriptor``
+    (``process``/``apply``), named ``window-contents``. ``window_function`` is the user's window
+    function or None; ``single_value`` says that it receives the pane's one value (reduce/aggregate)."""
+
+    def __init__(self, assigner: WindowAssigner, trigger: Trigger, allowed_lateness: int, late_data_output_tag,
+                 window_state_descriptor: StateDescriptor, window_function, single_value: bool):
+        self.assigner = assigner
+        self.trigger = trigger
+        self.allowed_lateness = allowed_lateness
+        self.late_data_output_tag = late_data_output_tag
+        self.window_state_descriptor = window_state_descriptor
+        self.window_function = window_function
+        self.single_value = single_value
+
+    def wrapped_user_function(self):
+        """The user's window function (the runtime calls CheckpointedFunction methods on it)."""
+        return self.window_function
+
+    def shipped_objects(self) -> list:
+        """Every user-supplied object the operation runs (for shipping the user's modules by value)."""
+        d = self.window_state_descriptor
+        objects = [self.assigner, self.trigger, getattr(d, "reduce_function", None), getattr(d, "agg_function", None),
+                   self.window_function]
+        if isinstance(self.trigger, PurgingTrigger):
+            objects.append(self.trigger.nested_trigger)
+        return [o for o in objects if o is not None]
+
+    def __repr__(self):
+        return f"WindowOperationDescriptor({self.assigner!r}, {self.trigger!r})"

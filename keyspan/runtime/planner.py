@@ -27,6 +27,7 @@ from keyspan.datastream.transformation import (
     user_function,
 )
 from keyspan.io import serde
+from keyspan.runtime.operators import runtime_function
 from keyspan.runtime.protocol import DRIVER_EXIT
 
 
@@ -244,7 +245,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
         uid, generated = uids[t.id]
-        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=t.function,
+        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=runtime_function(t.function),
                     origins=sorted(origins_of(t)))
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy

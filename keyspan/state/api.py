@@ -10,6 +10,7 @@ class StateDescriptor(ABC):
     """Declares a state by name; the same name in the same operator is the same state after restore."""
 
     kind = "abstract"
+    namespaced = False  # one value per (key, namespace): see keyspan.state.internal.namespaced
 
     def __init__(self, name: str, type_info=None):
         if not isinstance(name, str) or not name:

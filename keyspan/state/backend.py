@@ -63,12 +63,15 @@ class KeyedStateBackend(ABC):
         """One state object per name; asking again with another kind is an error naming both."""
         known = self._descriptors.get(descriptor.name)
         if known is not None:
-            if known.kind != descriptor.kind:
+            if known.kind != descriptor.kind or known.namespaced != descriptor.namespaced:
                 raise ValueError(
                     f"operator '{self.operator}': state '{descriptor.name}' is already registered as "
                     f"{known.kind} state, cannot use it as {descriptor.kind} state"
                 )
             return self._states[descriptor.name]
+        if descriptor.namespaced and descriptor.ttl_config is not None and descriptor.ttl_config.is_enabled():
+            raise ValueError(f"operator '{self.operator}': state '{descriptor.name}' is kept per window (namespace) "
+                             f"and cannot have a TTL; remove enable_time_to_live from its descriptor")
         state = self._create_state(descriptor)
         self._descriptors[descriptor.name] = descriptor
         self._states[descriptor.name] = state

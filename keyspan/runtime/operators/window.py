@@ -1,0 +1,524 @@
+"""Flink's ``WindowOperator`` (and PyFlink's) as a keyed process function, built by the runtime from
+the ``WindowOperationDescriptor`` that ``WindowedStream`` produces.
+
+All of its state is keyed state of its operator, so checkpoints, savepoints, restores and
+rescaling apply unchanged. Per-window state is namespaced state (``keyspan.state.internal``) with
+the window as namespace, each laid out as a map from window to value:
+
+* ``window-contents`` — the panes: the reduced value (``reduce``), the accumulator (``aggregate``)
+  or the list of elements (``process``/``apply``);
+* ``window-event-timers`` / ``window-processing-timers`` — map state, timestamp → the windows that
+  registered a timer at that timestamp. The runtime's timers carry no namespace (window), so the
+  operator registers one runtime timer per (key, timestamp) and maps it back to its windows; a runtime
+  timer is deleted only when no window needs it any more;
+* ``merging-window-set`` — map state, window → state window, for merging (session) assigners, as
+  Flink's ``MergingWindowSet``: a session's contents stay under the window it started as, however
+  often it merges;
+* ``window-trigger-<name>`` / ``window-state-<name>`` — the trigger's ``get_partitioned_state`` and
+  the window function's ``window_state()``, scoped to key and window.
+
+Nothing lives in Python fields between records, so a session that spans epochs, workers or a
+restore merges exactly as in one uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from keyspan.datastream.functions import (
+    KeyedProcessFunction,
+    KeyedStateStore,
+    ProcessAllWindowFunction,
+    ProcessWindowFunction,
+    TimeDomain,
+    WindowFunction,
+)
+from keyspan.datastream.window import (
+    MAX_LONG_VALUE,
+    MIN_LONG_VALUE,
+    CountTrigger,
+    MergingWindowAssigner,
+    PurgingTrigger,
+    Trigger,
+    WindowAssigner,
+    WindowOperationDescriptor,
+    _CountAssigner,
+)
+from keyspan.state.api import ListState, MapState, MapStateDescriptor, MergingState
+from keyspan.state.internal import namespaced
+
+__all__ = ["WindowOperator"]
+
+
+class _PerWindowStates:
+    """The per-window states of one operator: each descriptor's state, namespaced by window, under the
+    name ``prefix + descriptor name``."""
+
+    def __init__(self, runtime_context, prefix: str):
+        self._rc = runtime_context
+        self._prefix = prefix
+        self._states: dict = {}
+
+    def get(self, descriptor):
+        known = self._states.get(descriptor.name)
+        if known is None:
+            scoped = namespaced(descriptor)
+            scoped.name = self._prefix + descriptor.name
+            known = self._states[descriptor.name] = (descriptor.kind, self._rc.get_state(scoped))
+        elif known[0] != descriptor.kind:
+            raise ValueError(f"per-window state '{descriptor.name}' is already registered as {known[0]} state, "
+                             f"cannot use it as {descriptor.kind} state")
+        return known[1]
+
+
+class _TriggerContext(Trigger.OnMergeContext):
+    """What a trigger sees: clocks, timers and state of the current key and ``window``."""
+
+    def __init__(self, op: "WindowOperator"):
+        self._op = op
+        self.window = None
+        self.merged_windows = None
+
+    def get_current_processing_time(self) -> int:
+        return self._op._timer_service.current_processing_time()
+
+    def get_metric_group(self):
+        return self._op._runtime_context.get_metrics_group()  # observability
+
+    def get_current_watermark(self) -> int:
+        return self._op._timer_service.current_watermark()
+
+    def register_processing_time_timer(self, time: int) -> None:
+        self._op._register_timer(False, time, self.window)
+
+    def register_event_time_timer(self, time: int) -> None:
+        self._op._register_timer(True, time, self.window)
+
+    def delete_processing_time_timer(self, time: int) -> None:
+        self._op._delete_timer(False, time, self.window)
+
+    def delete_event_time_timer(self, time: int) -> None:
+        self._op._delete_timer(True, time, self.window)
+
+    def get_partitioned_state(self, state_descriptor):
+        state = self._op._trigger_states.get(state_descriptor)
+        state.set_current_namespace(self.window)
+        return state
+
+    def merge_partitioned_state(self, state_descriptor) -> None:
+        if self.merged_windows:
+            state = self._op._trigger_states.get(state_descriptor)
+            if not isinstance(state, MergingState):
+                raise TypeError(f"trigger state '{state_descriptor.name}' is not a merging state "
+                                f"(list, reducing or aggregating) and cannot be merged")
+            state.merge_namespaces(self.window, list(self.merged_windows))
+
+
+class _WindowStateStore(KeyedStateStore):
+    def __init__(self, op: "WindowOperator", window):
+        self._op = op
+        self._window = window
+
+    def _get(self, descriptor):
+        if self._op._merging:
+            raise RuntimeError("Per-window state is not allowed when using merging windows.")
+        state = self._op._window_states.get(descriptor)
+        state.set_current_namespace(self._window)
+        return state
+
+    def get_state(self, state_descriptor):
+        return self._get(state_descriptor)
+
+    def get_list_state(self, state_descriptor):
+        return self._get(state_descriptor)
+
+    def get_map_state(self, state_descriptor):
+        return self._get(state_descriptor)
+
+    def get_reducing_state(self, state_descriptor):
+        return self._get(state_descriptor)
+
+    def get_aggregating_state(self, state_descriptor):
+        return self._get(state_descriptor)
+
+
+class _ProcessContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Context):
+    def __init__(self, op: "WindowOperator"):
+        self._op = op
+        self._window = None
+
+    def window(self):
+        return self._window
+
+    def current_processing_time(self) -> int:
+        return self._op._timer_service.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._op._timer_service.current_watermark()
+
+    def window_state(self) -> KeyedStateStore:
+        return _WindowStateStore(self._op, self._window)
+
+    def global_state(self) -> KeyedStateStore:
+        return self._op._runtime_context
+
+
+class _AssignerContext(WindowAssigner.WindowAssignerContext):
+    def __init__(self, op: "WindowOperator"):
+        self._op = op
+
+    def get_current_processing_time(self) -> int:
+        return self._op._timer_service.current_processing_time()
+
+    def get_runtime_context(self):
+        return self._op._runtime_context
+
+
+# --- window functions: what a firing emits -------------------------------------------------------------
+
+class _InternalWindowFunction:
+    """Calls the user's window function on a pane: ``single`` panes (reduce/aggregate) hold one value."""
+
+    def __init__(self, function, single: bool):
+        self.function = function
+        self.single = single
+
+    def open(self, runtime_context):
+        if self.function is not None:
+            self.function.open(runtime_context)
+
+    def close(self):
+        if self.function is not None:
+            self.function.close()
+
+    def process(self, key, window, context: _ProcessContext, contents) -> Iterable:
+        inputs = [contents] if self.single else contents
+        fn = self.function
+        if fn is None:
+            return inputs
+        if isinstance(fn, ProcessWindowFunction):
+            context._window = window
+            return fn.process(key, context, inputs)
+        if isinstance(fn, WindowFunction):
+            return fn.apply(key, window, inputs)
+        if isinstance(fn, ProcessAllWindowFunction):
+            context._window = window
+            return fn.process(context, inputs)
+        return fn.apply(window, inputs)  # AllWindowFunction
+
+    def clear(self, window, context: _ProcessContext) -> None:
+        if isinstance(self.function, (ProcessWindowFunction, ProcessAllWindowFunction)):
+            context._window = window
+            self.function.clear(context)
+
+
+# --- merging windows: Flink's MergingWindowSet over map state --------------------------------------------
+
+class _MergingWindowSet:
+    """The in-flight windows of a merging assigner for the current key: window → state window, where
+    the state window is the window under which the contents are kept (it never changes when a window
+    merges, so merging does not move contents that are already there)."""
+
+    def __init__(self, assigner: MergingWindowAssigner, state: MapState):
+        self._assigner = assigner
+        self._state = state
+        self._mapping = dict(state.items())
+        self._initial = dict(self._mapping)
+
+    def persist(self) -> None:
+        if self._mapping != self._initial:
+            for window in self._initial.keys() - self._mapping.keys():
+                self._state.remove(window)
+            for window, state_window in self._mapping.items():
+                if self._initial.get(window) != state_window:
+                    self._state.put(window, state_window)
+            self._initial = dict(self._mapping)
+
+    def get_state_window(self, window):
+        return self._mapping.get(window)
+
+    def retire_window(self, window) -> None:
+        if self._mapping.pop(window, None) is None:
+            raise RuntimeError(f"Window {window} is not in in-flight window set.")
+
+    def add_window(self, new_window, merge_function) -> object:
+        """Add ``new_window``, merging it with in-flight windows; returns the window it ends up in."""
+        merge_results: list = []
+
+        class _Collect(MergingWindowAssigner.MergeCallback):
+            def merge(self, to_be_merged, merge_result):
+                merge_results.append((merge_result, list(to_be_merged)))
+
+        self._assigner.merge_windows([*self._mapping.keys(), new_window], _Collect())
+
+        result_window = new_window
+        merged_new_window = False
+        for merge_result, merged_windows in merge_results:
+            if new_window in merged_windows:
+                merged_new_window = True
+                merged_windows.remove(new_window)
+                result_window = merge_result
+            # the state window of any merged window becomes the state window of the merge result
+            merged_state_window = self._mapping[merged_windows[0]]
+            merged_state_windows = [self._mapping.pop(w) for w in merged_windows if w in self._mapping]
+            self._mapping[merge_result] = merged_state_window
+            merged_state_windows.remove(merged_state_window)
+            # nothing to merge if one pre-existing window merely absorbed the new window
+            if not (merge_result in merged_windows and len(merged_windows) == 1):
+                merge_function(merge_result, merged_windows, self._mapping[merge_result], merged_state_windows)
+        if not merge_results or (result_window == new_window and not merged_new_window):
+            self._mapping[result_window] = result_window
+        return result_window
+
+
+# --- the operator ------------------------------------------------------------------------------------------
+
+class WindowOperator(KeyedProcessFunction):
+    """Flink's ``WindowOperator`` (and PyFlink's) as a keyed process function over keyspan's keyed
+    state and timers, built from the API's ``WindowOperationDescriptor``."""
+
+    def __init__(self, descriptor: WindowOperationDescriptor):
+        assigner = descriptor.assigner
+        trigger = descriptor.trigger
+        self._descriptor = descriptor
+        self._assigner = assigner
+        self._trigger = trigger
+        self._allowed_lateness = descriptor.allowed_lateness if assigner.is_event_time() else 0
+        self._late_tag = descriptor.late_data_output_tag
+        self._window_function = _InternalWindowFunction(descriptor.window_function, descriptor.single_value)
+        self._merging = isinstance(assigner, MergingWindowAssigner)
+        nested = trigger.nested_trigger if isinstance(trigger, PurgingTrigger) else trigger
+        # a CountTrigger only fires on elements, so once a count window is full it never fires again
+        self._drop_full_count_windows = isinstance(assigner, _CountAssigner) and type(nested) is CountTrigger
+        self._runtime_context = None
+        self._timer_service = None
+        self._key = None
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def open(self, runtime_context):
+        self._runtime_context = runtime_context
+        self._contents = runtime_context.get_state(namespaced(self._descriptor.window_state_descriptor))
+        self._contents_are_list = isinstance(self._contents, ListState)
+        self._timers = {
+            True: runtime_context.get_map_state(MapStateDescriptor("window-event-timers")),
+            False: runtime_context.get_map_state(MapStateDescriptor("window-processing-timers")),
+        }
+        self._merging_state = (runtime_context.get_map_state(MapStateDescriptor("merging-window-set"))
+                               if self._merging else None)
+        self._trigger_states = _PerWindowStates(runtime_context, "window-trigger-")
+        self._window_states = _PerWindowStates(runtime_context, "window-state-")
+        self._trigger_ctx = _TriggerContext(self)
+        self._process_ctx = _ProcessContext(self)
+        self._assigner_ctx = _AssignerContext(self)
+        self._window_function.open(runtime_context)
+
+    def close(self):
+        self._window_function.close()
+
+    def wrapped_user_function(self):
+        return self._descriptor.wrapped_user_function()
+
+    def shipped_objects(self) -> list:
+        return self._descriptor.shipped_objects()
+
+    def _pane(self, state_window):
+        """The contents of a pane, or None when it has none (an empty list state reads as null)."""
+        contents = self._contents
+        contents.set_current_namespace(state_window)
+        pane = contents.get()
+        return pane if pane or not self._contents_are_list else None
+
+    # timers: many windows share one runtime timer per (key, timestamp, domain) ----------------
+    def _register_timer(self, event_time: bool, time: int, window) -> None:
+        timers = self._timers[event_time]
+        windows = timers.get(time)
+        if windows is None:
+            timers.put(time, (window,))
+            if event_time:
+                self._timer_service.register_event_time_timer(time)
+            else:
+                self._timer_service.register_processing_time_timer(time)
+        elif window not in windows:
+            timers.put(time, (*windows, window))
+
+    def _delete_timer(self, event_time: bool, time: int, window) -> None:
+        timers = self._timers[event_time]
+        windows = timers.get(time)
+        if windows is None or window not in windows:
+            return
+        rest = tuple(w for w in windows if w != window)
+        if rest:
+            timers.put(time, rest)
+            return
+        timers.remove(time)
+        if event_time:
+            self._timer_service.delete_event_time_timer(time)
+        else:
+            self._timer_service.delete_processing_time_timer(time)
+
+    # lateness and cleanup ------------------------------------------------------------------------
+    def _cleanup_time(self, window) -> int:
+        if self._assigner.is_event_time():
+            return min(window.max_timestamp() + self._allowed_lateness, MAX_LONG_VALUE)
+        return window.max_timestamp()
+
+    def _register_cleanup_timer(self, window) -> None:
+        time = self._cleanup_time(window)
+        if time == MAX_LONG_VALUE:
+            return  # e.g. GlobalWindow and count windows: their state is kept until the trigger purges it
+        self._register_timer(self._assigner.is_event_time(), time, window)
+
+    def _delete_cleanup_timer(self, window) -> None:
+        time = self._cleanup_time(window)
+        if time == MAX_LONG_VALUE:
+            return
+        self._delete_timer(self._assigner.is_event_time(), time, window)
+
+    def _is_window_late(self, window) -> bool:
+        return self._assigner.is_event_time() and self._cleanup_time(window) <= self._timer_service.current_watermark()
+
+    def _is_element_late(self, timestamp: int) -> bool:
+        return (self._assigner.is_event_time()
+                and timestamp + self._allowed_lateness <= self._timer_service.current_watermark())
+
+    def _clear_all_state(self, window, state_window, merging_windows) -> None:
+        self._contents.set_current_namespace(state_window)
+        self._contents.clear()
+        tc = self._trigger_ctx
+        tc.window = window
+        self._trigger.clear(window, tc)
+        self._window_function.clear(window, self._process_ctx)
+        if merging_windows is not None:
+            merging_windows.retire_window(window)
+
+    def _emit(self, window, contents, ctx):
+        """Evaluate the pane; its results carry the window's max timestamp, as in Flink."""
+        results = self._window_function.process(self._key, window, self._process_ctx, contents)
+        if results is None:
+            return
+        # keyspan's runtime stamps an emitted record with the timestamp in the context's cell (the
+        # input record's, or the event-time timer's); a window result gets window.max_timestamp()
+        cell = getattr(ctx, "_cell", None)
+        if type(cell) is not list or not cell:
+            yield from results
+            return
+        saved = cell[0]
+        timestamp = window.max_timestamp()
+        try:
+            for result in results:
+                cell[0] = timestamp
+                yield result
+        finally:
+            cell[0] = saved
+
+    # merging -------------------------------------------------------------------------------------
+    def _merge(self, merge_result, merged_windows, state_window_result, merged_state_windows) -> None:
+        if (self._assigner.is_event_time()
+                and merge_result.max_timestamp() + self._allowed_lateness <= self._timer_service.current_watermark()):
+            raise RuntimeError(f"The end timestamp of an event-time window cannot become earlier than the current "
+                               f"watermark by merging. Current watermark: {self._timer_service.current_watermark()} "
+                               f"window: {merge_result}")
+        tc = self._trigger_ctx
+        tc.window = merge_result
+        tc.merged_windows = merged_windows
+        try:
+            self._trigger.on_merge(merge_result, tc)
+        finally:
+            tc.merged_windows = None
+        for m in merged_windows:
+            tc.window = m
+            self._trigger.clear(m, tc)
+            self._delete_cleanup_timer(m)
+        self._contents.merge_namespaces(state_window_result, merged_state_windows)
+
+    # processing ----------------------------------------------------------------------------------
+    def process_element(self, value, ctx):
+        self._timer_service = ctx.timer_service()
+        self._key = ctx.get_current_key()
+        timestamp = ctx.timestamp()
+        if timestamp is None:
+            timestamp = MIN_LONG_VALUE
+        windows = self._assigner.assign_windows(value, timestamp, self._assigner_ctx)
+        skipped = True
+        tc = self._trigger_ctx
+        trigger = self._trigger
+        contents = self._contents
+        merging_windows = _MergingWindowSet(self._assigner, self._merging_state) if self._merging else None
+        for window in windows:
+            if merging_windows is not None:
+                actual = merging_windows.add_window(window, self._merge)
+                if self._is_window_late(actual):
+                    merging_windows.retire_window(actual)
+                    continue
+                state_window = merging_windows.get_state_window(actual)
+                if state_window is None:
+                    raise RuntimeError(f"Window {actual} is not in in-flight window set.")
+            else:
+                if self._is_window_late(window):
+                    continue
+                actual = state_window = window
+            skipped = False
+            contents.set_current_namespace(state_window)
+            contents.add(value)
+            tc.window = actual
+            result = trigger.on_element(value, timestamp, actual, tc)
+            if result.is_fire():
+                pane = self._pane(state_window)
+                if pane is None:
+                    continue
+                yield from self._emit(actual, pane, ctx)
+            if result.is_purge():
+                contents.set_current_namespace(state_window)
+                contents.clear()
+            self._register_cleanup_timer(actual)
+        if merging_windows is not None:
+            merging_windows.persist()
+        elif self._drop_full_count_windows and windows:
+            # a full count window never receives another element and its count trigger has fired:
+            # drop its state now (PyFlink keeps it forever, as its cleanup time is Long.MAX_VALUE)
+            index = self._runtime_context.get_state(self._assigner._count_descriptor).value() - 1
+            complete = self._assigner._complete_window(index)
+            if complete is not None:
+                self._clear_all_state(complete, complete, None)
+        if skipped and self._is_element_late(timestamp):
+            if self._late_tag is not None:
+                yield self._late_tag, value
+
+    def on_timer(self, timestamp, ctx):
+        self._timer_service = ctx.timer_service()
+        self._key = ctx.get_current_key()
+        event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
+        timers = self._timers[event_time]
+        windows = timers.get(timestamp)
+        if windows is None:
+            return
+        timers.remove(timestamp)
+        for window in windows:
+            yield from self._on_window_timer(window, timestamp, event_time, ctx)
+
+    def _on_window_timer(self, window, timestamp: int, event_time: bool, ctx):
+        tc = self._trigger_ctx
+        tc.window = window
+        merging_windows = None
+        if self._merging:
+            merging_windows = _MergingWindowSet(self._assigner, self._merging_state)
+            state_window = merging_windows.get_state_window(window)
+            if state_window is None:
+                return  # a timer of a window that no longer exists (merged away or cleaned up)
+        else:
+            state_window = window
+        if event_time:
+            result = self._trigger.on_event_time(timestamp, window, tc)
+        else:
+            result = self._trigger.on_processing_time(timestamp, window, tc)
+        if result.is_fire():
+            pane = self._pane(state_window)
+            if pane is not None:
+                yield from self._emit(window, pane, ctx)
+        if result.is_purge():
+            self._contents.set_current_namespace(state_window)
+            self._contents.clear()
+        if event_time == self._assigner.is_event_time() and timestamp == self._cleanup_time(window):
+            self._clear_all_state(window, state_window, merging_windows)
+        if merging_windows is not None:
+            merging_windows.persist()

@@ -1,0 +1,178 @@
+"""The heap backend's cells (``keyspan.state.internal``): the current key's slot in a ``StateTable``.
+
+Every write goes through ``StateTable.touch``, which keeps the slot's pre-epoch value once per
+epoch, so a rollback restores it. TTL'd values and map entries are ``TtlValue`` objects.
+"""
+
+from __future__ import annotations
+
+import copy
+from operator import itemgetter
+
+from keyspan.state.heap.table import MISSING, private
+from keyspan.state.internal import STATES, NamespaceMixin, compose
+from keyspan.state.ttl import TTL_STATES, TtlValue
+
+
+def _stamped(value, ts):
+    return TtlValue((value, ts))
+
+
+def _restamped(stored, ts):
+    return TtlValue((stored[0], ts))
+
+
+class HeapCell:
+    """The current key's value in ``_table``; a map state's value is a dict (its entries)."""
+
+    __slots__ = ("_backend", "_table", "_name", "_ttl", "_cleanup", "_reduce", "_agg")
+
+    _stamped = staticmethod(_stamped)
+    _restamped = staticmethod(_restamped)
+    _timestamp_of = staticmethod(itemgetter(1))
+    _value_of = staticmethod(itemgetter(0))
+    _private = staticmethod(lambda value: value)
+
+    def __init__(self, backend, table, policy=None, cleanup=None, reduce_function=None, agg_function=None):
+        self._backend = backend
+        self._table = table
+        self._name = table.name
+        self._ttl = policy
+        self._cleanup = cleanup
+        self._reduce = getattr(reduce_function, "reduce", reduce_function)
+        self._agg = agg_function
+
+    def _access(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup.run()
+
+    def _wrote(self, n: int) -> None:
+        pass
+
+    def _load(self):
+        b = self._backend
+        return self._table.groups[b.current_key_group - self._table.start].get(b.current_key)
+
+    def _store(self, stored) -> None:
+        b = self._backend
+        self._table.touch(b.current_key_group, b.current_key)[b.current_key] = stored
+
+    def _delete(self) -> None:
+        b = self._backend
+        self._table.touch(b.current_key_group, b.current_key).pop(b.current_key, None)
+
+    def _load_for_update(self):
+        # the caller may change the value in place: the undo log keeps a deep copy first
+        b = self._backend
+        return self._table.touch(b.current_key_group, b.current_key, copy.deepcopy).get(b.current_key)
+
+    def _append(self, items) -> None:
+        b = self._backend
+        group = self._table.touch(b.current_key_group, b.current_key, list)
+        lst = group.get(b.current_key)
+        if lst is None:
+            group[b.current_key] = list(items)
+        else:
+            lst.extend(items)
+
+    # map entries ------------------------------------------------------------------------------
+    def _mutable_map(self) -> dict:
+        b = self._backend
+        group = self._table.touch(b.current_key_group, b.current_key, dict)
+        m = group.get(b.current_key)
+        if m is None:
+            m = group[b.current_key] = {}
+        return m
+
+    def _drop_if_empty(self, m: dict) -> None:
+        if not m:
+            b = self._backend
+            self._table.touch(b.current_key_group, b.current_key, dict).pop(b.current_key, None)
+
+    def _entry_load(self, key):
+        m = self._load()
+        return None if m is None else m.get(key)
+
+    def _entry_contains(self, key) -> bool:
+        m = self._load()
+        return m is not None and key in m
+
+    def _entry_store(self, key, stored) -> None:
+        self._mutable_map()[key] = stored
+
+    def _entry_delete(self, key) -> None:
+        m = self._load()
+        if m is None or key not in m:
+            return
+        m = self._mutable_map()
+        del m[key]
+        self._drop_if_empty(m)
+
+    def _entries(self):
+        m = self._load()
+        return () if m is None else list(m.items())
+
+    def _entries_update(self, puts: dict, deletes) -> None:
+        if not puts and not deletes:
+            return
+        m = self._mutable_map()
+        for key in deletes:
+            m.pop(key, None)
+        m.update(puts)
+        self._drop_if_empty(m)
+
+
+class HeapNamespacedCell(NamespaceMixin, HeapCell):
+    """The (current key, current namespace) slot: per key a dict namespace → value. Stored values are
+    never changed in place (the undo log copies the dict, not the values)."""
+
+    __slots__ = ("_ns",)
+
+    _private = staticmethod(private)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ns = None
+
+    def _load(self):
+        b = self._backend
+        slots = self._table.groups[b.current_key_group - self._table.start].get(b.current_key)
+        return None if slots is None else slots.get(self._ns)
+
+    def _slots(self) -> dict:
+        b = self._backend
+        group = self._table.touch(b.current_key_group, b.current_key, dict)
+        slots = group.get(b.current_key)
+        if slots is None:
+            slots = group[b.current_key] = {}
+        return slots
+
+    def _store(self, stored) -> None:
+        self._slots()[self._ns] = stored
+
+    def _delete(self) -> None:
+        b = self._backend
+        group = self._table.groups[b.current_key_group - self._table.start]
+        slots = group.get(b.current_key)
+        if slots is None or self._ns not in slots:
+            return
+        slots = self._slots()
+        del slots[self._ns]
+        if not slots:
+            self._table.touch(b.current_key_group, b.current_key).pop(b.current_key, None)
+
+    def _load_for_update(self):
+        stored = self._load()
+        return None if stored is None else private(stored)
+
+    def _append(self, items) -> None:
+        current = self._load()
+        self._store(list(items) if current is None else [*current, *items])
+
+
+PLAIN = {kind: compose(HeapCell, cls, f"Heap{cls.__name__[len('Internal'):]}") for kind, cls in STATES.items()}
+TTL = {kind: compose(HeapCell, cls, f"Heap{cls.__name__}") for kind, cls in TTL_STATES.items()}
+NAMESPACED = {kind: compose(HeapNamespacedCell, cls, f"HeapNamespaced{cls.__name__[len('Internal'):]}")
+              for kind, cls in STATES.items()}
+
+__all__ = ["HeapCell", "HeapNamespacedCell", "PLAIN", "TTL", "NAMESPACED", "MISSING"]

@@ -1,0 +1,254 @@
+"""Internal keyed state: the five state kinds written once over a backend's *cells*, and namespaces.
+
+A backend stores values; the classes here say what a value, list, map, reducing or aggregating
+state does with them (and ``keyspan.state.ttl.states`` what their TTL twins do). They meet in a
+small cell interface that every backend implements as a mixin over (current key, current
+namespace); a concrete state class is ``compose(cell mixin, state class)`` (e.g. heap cell +
+``InternalValueState`` = ``HeapValueState``).
+
+A cell mixin provides, for the slot of the current key (and namespace):
+
+* ``_load()`` → the stored value or None; ``_store(stored)``; ``_delete()``;
+* ``_load_for_update()`` → like ``_load``, for a value the caller changes in place before
+  ``_store`` (the heap keeps an undo copy first);
+* ``_append(items)`` — extend the stored list;
+* map states, per entry of the slot's map: ``_entry_load(k)``, ``_entry_contains(k)``,
+  ``_entry_store(k, stored)``, ``_entry_delete(k)``, ``_entries()`` ((k, stored) pairs),
+  ``_entries_update(puts, deletes)``; ``_delete()`` drops the whole map;
+* TTL form of a value or map entry: ``_stamped(value, ts)``, ``_timestamp_of(stored)``,
+  ``_value_of(stored)``, ``_restamped(stored, ts)`` — the heap keeps ``TtlValue`` objects, RocksDB
+  tagged bytes whose timestamp it reads without unpickling the value;
+* ``_access()`` (once per TTL state access: the heap's incremental cleanup) and ``_wrote(n)``
+  (after a TTL write: RocksDB's compaction-filter emulation);
+* ``_private(value)`` — a copy the caller may change (namespaced heap states share stored values
+  with the undo log);
+* ``_backend`` (the ``KeyedStateBackend``: clocks, operator name) and ``_name`` (the state's name).
+
+Namespaces (PyFlink's ``fn_execution/internal_state.py``): a state registered with a descriptor
+from ``namespaced(descriptor)`` keeps one value per (key, namespace) — laid out like a map state
+whose map keys are the namespaces — and has ``set_current_namespace``; list, reducing and
+aggregating ones also ``merge_namespaces``. The window operator keeps its panes, trigger state and
+per-window state this way, with windows as namespaces.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from keyspan.state.api import AggregatingState, ListState, MapState, ReducingState, ValueState
+
+__all__ = ["InternalValueState", "InternalListState", "InternalMapState", "InternalReducingState",
+           "InternalAggregatingState", "STATES", "compose", "namespaced", "NamespaceMixin"]
+
+
+def namespaced(descriptor):
+    """A copy of ``descriptor`` whose state keeps one value per (key, namespace)."""
+    marked = copy.copy(descriptor)
+    marked.namespaced = True
+    return marked
+
+
+class InternalValueState(ValueState):
+    __slots__ = ()
+
+    def value(self):
+        return self._load()
+
+    def update(self, value) -> None:
+        if value is None:
+            self._delete()
+        else:
+            self._store(value)
+
+    def clear(self) -> None:
+        self._delete()
+
+
+def _no_none(state, values) -> tuple[list, bool]:
+    """(the values before the first None, whether there was one)."""
+    new = []
+    for v in values:
+        if v is None:
+            return new, True
+        new.append(v)
+    return new, False
+
+
+def _none_error(state) -> ValueError:
+    return ValueError(f"operator '{state._backend.operator}': cannot add None to list state '{state._name}'")
+
+
+class InternalListState(ListState):
+    __slots__ = ()
+
+    def get(self):
+        value = self._load()
+        return [] if value is None else value
+
+    def add(self, value) -> None:
+        if value is None:
+            raise _none_error(self)
+        self._append((value,))
+
+    def add_all(self, values) -> None:
+        new, bad = _no_none(self, values)
+        if new:
+            self._append(new)
+        if bad:
+            raise _none_error(self)
+
+    def update(self, values) -> None:
+        values = list(values or ())
+        if values:
+            self._store(values)
+        else:
+            self._delete()
+
+    def clear(self) -> None:
+        self._delete()
+
+    def _merge_values(self, a, b):
+        return [*a, *b]
+
+
+class InternalMapState(MapState):
+    __slots__ = ()
+
+    def get(self, key):
+        return self._entry_load(key)
+
+    def put(self, key, value) -> None:
+        self._entry_store(key, value)
+
+    def put_all(self, dict_value) -> None:
+        self._entries_update(dict(dict_value), ())
+
+    def remove(self, key) -> None:
+        self._entry_delete(key)
+
+    def contains(self, key) -> bool:
+        return self._entry_contains(key)
+
+    def items(self):
+        return list(self._entries())
+
+    def keys(self):
+        return [k for k, _ in self._entries()]
+
+    def values(self):
+        return [v for _, v in self._entries()]
+
+    def is_empty(self) -> bool:
+        return next(iter(self._entries()), None) is None
+
+    def clear(self) -> None:
+        self._delete()
+
+
+class InternalReducingState(ReducingState):
+    __slots__ = ()
+
+    def get(self):
+        return self._load()
+
+    def add(self, value) -> None:
+        current = self._load_for_update()
+        self._store(value if current is None else self._reduce(current, value))
+
+    def clear(self) -> None:
+        self._delete()
+
+    def _merge_values(self, a, b):
+        return self._reduce(a, b)
+
+
+class InternalAggregatingState(AggregatingState):
+    __slots__ = ()
+
+    def get(self):
+        acc = self._load()
+        return None if acc is None else self._agg.get_result(acc)
+
+    def add(self, value) -> None:
+        acc = self._load_for_update()
+        self._store(self._agg.add(value, self._agg.create_accumulator() if acc is None else acc))
+
+    def clear(self) -> None:
+        self._delete()
+
+    def _merge_values(self, a, b):
+        return self._agg.merge(a, b)
+
+
+STATES = {"value": InternalValueState, "list": InternalListState, "map": InternalMapState,
+          "reducing": InternalReducingState, "aggregating": InternalAggregatingState}
+
+
+class NamespaceMixin:
+    """PyFlink's ``InternalKvState.set_current_namespace`` and ``InternalMergingState.merge_namespaces``,
+    for the cells of a namespaced state (they read ``self._ns``)."""
+
+    __slots__ = ()
+
+    # a namespaced map state keeps one dict per (key, namespace), replaced on every change
+    def _entry_load(self, key):
+        m = self._load()
+        return None if m is None else m.get(key)
+
+    def _entry_contains(self, key) -> bool:
+        m = self._load()
+        return m is not None and key in m
+
+    def _entry_store(self, key, stored) -> None:
+        self._entries_update({key: stored}, ())
+
+    def _entry_delete(self, key) -> None:
+        self._entries_update({}, (key,))
+
+    def _entries(self):
+        m = self._load()
+        return () if m is None else list(m.items())
+
+    def _entries_update(self, puts: dict, deletes) -> None:
+        m = dict(self._load() or {})
+        for key in deletes:
+            m.pop(key, None)
+        m.update(puts)
+        if m:
+            self._store(m)
+        else:
+            self._delete()
+
+    def set_current_namespace(self, namespace) -> None:
+        self._ns = namespace
+
+    def merge_namespaces(self, target, sources) -> None:
+        """Combine the values of the ``sources`` namespaces (removing them), then the target's value
+        with that (Flink's ``mergeNamespaces``); leaves ``target`` current."""
+        merge = getattr(self, "_merge_values", None)
+        if merge is None:
+            raise TypeError(f"state '{self._name}' is not a merging state (list, reducing or aggregating) "
+                            f"and cannot be merged")
+        merged = None
+        for source in sources:
+            self._ns = source
+            value = self._load()
+            if value is None:
+                continue
+            self._delete()
+            merged = value if merged is None else merge(self._private(merged), value)
+        self._ns = target
+        if merged is not None:
+            current = self._load()
+            self._store(merged if current is None else merge(self._private(current), merged))
+
+
+_COMPOSED: dict = {}
+
+
+def compose(cell: type, state: type, name: str) -> type:
+    """The concrete state class ``name``: ``state``'s behaviour over ``cell``'s storage (cached)."""
+    cls = _COMPOSED.get((cell, state))
+    if cls is None:
+        cls = _COMPOSED[(cell, state)] = type(name, (cell, state), {"__slots__": (), "__module__": cell.__module__})
+    return cls

@@ -1,0 +1,408 @@
+"""``RocksDBKeyedStateBackend`` (one operator's keyed state for one key-group range in one RocksDB) and
+``EmbeddedRocksDBStateBackend`` (what the user selects)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import tempfile
+import uuid
+import weakref
+
+from keyspan.io import serde
+from keyspan.state.api import StateDescriptor
+from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
+from keyspan.state.rocksdb.layout import (
+    _I64,
+    _NO_KEY,
+    _TTL_TAG,
+    _U16,
+    _U32,
+    _decode,
+    _encode,
+    _Meta,
+    _successor,
+    decode_key,
+    encode_key,
+)
+from keyspan.state.rocksdb.memory import RocksDBMemoryConfiguration, _bound_memory
+from keyspan.state.rocksdb.scratch import _dispose, _prepare_pid_dir
+from keyspan.state.rocksdb.snapshot import Snapshots
+from keyspan.state.rocksdb.states import NAMESPACED, PLAIN, TTL
+from keyspan.state.ttl import TtlPolicy, stamp, unstamp
+
+
+# --- the backend -----------------------------------------------------------------------------------
+
+class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
+    """One operator's keyed state for one key-group range, in a RocksDB instance at ``path``."""
+
+    def __init__(self, operator: str, key_groups: range, path: str,
+                 memory: "RocksDBMemoryConfiguration | None" = None):
+        super().__init__(operator, key_groups)
+        if key_groups.stop > 0xFFFF:
+            raise ValueError(f"key groups {key_groups} do not fit the 2-byte key-group prefix")
+        import rocksdict
+
+        self._rd = rocksdict
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        _bound_memory(rocksdict, options, memory or RocksDBMemoryConfiguration())
+        self._db = rocksdict.Rdict(path, options)
+        write_options = rocksdict.WriteOptions()
+        write_options.disable_wal = True  # scratch state: checkpoints are the durable copy
+        self._db.set_write_options(write_options)
+        self._finalizer = weakref.finalize(self, _dispose, self._db, path)
+        self._lower = _U16.pack(key_groups.start)
+        self._upper = _U16.pack(key_groups.stop)
+        self._metas: dict[str, _Meta] = {}
+        self._by_sid: dict[bytes, _Meta] = {}
+        self._next_sid = 1
+        # undo log of the open epoch: RocksDB key → bytes before the epoch (None: absent)
+        self._undo: dict[bytes, bytes | None] = {}
+        self._undo_map: dict[bytes, bytes | None] = {}
+        self._touched_maps: dict[bytes, None] = {}  # map prefixes touched this epoch, in order
+        # restored values stamped for TTL by this instance: the next delta carries them (kept on rollback)
+        self._forced: dict[bytes, None] = {}
+        self._forced_maps: dict[bytes, None] = {}
+        # serialized current key, cached per key object and key group
+        self._ck_obj = _NO_KEY
+        self._ck_bytes = b""
+        self._ck_mapb = b""
+        self._ck_kg = -1
+        self._ck_kgb = b""
+
+    # -- keys -------------------------------------------------------------------------------------
+    def _key_parts(self):
+        key = self.current_key
+        if key is not self._ck_obj:
+            ukb = encode_key(key)
+            self._ck_bytes = ukb
+            self._ck_mapb = _U32.pack(len(ukb)) + ukb
+            self._ck_obj = key
+        kg = self.current_key_group
+        if kg != self._ck_kg:
+            self._ck_kgb = _U16.pack(kg)
+            self._ck_kg = kg
+        return self._ck_kgb, self._ck_bytes
+
+    def _scan(self, lower: bytes, upper: bytes):
+        """(key, value) pairs with lower <= key < upper, in key order.
+
+        A generator on purpose: rocksdict (0.3.29) keeps a pointer into the ``upper`` bytes
+        object, not a copy, so ``upper`` (and ``lower``) must outlive the RocksDB iterator."""
+        ro = self._rd.ReadOptions()
+        ro.set_iterate_upper_bound(upper)
+        it = self._db.items(from_key=lower, read_opt=ro)
+        try:
+            yield from it
+        finally:
+            del it  # the iterator goes before the bounds it points into
+
+    # -- undo log ---------------------------------------------------------------------------------
+    def _touch(self, k: bytes) -> None:
+        if k not in self._undo:
+            self._undo[k] = self._db.get(k)
+
+    def _touch_map(self, prefix: bytes, k: bytes | None = None, old=_NO_KEY) -> None:
+        self._touched_maps[prefix] = None
+        if k is not None and k not in self._undo_map:
+            self._undo_map[k] = self._db.get(k) if old is _NO_KEY else old
+
+    # -- states -----------------------------------------------------------------------------------
+    def _new_meta(self, name: str, is_map: bool) -> _Meta:
+        if self._next_sid >= 1 << 16:
+            raise RuntimeError(f"operator '{self.operator}': too many states for one RocksDB backend")
+        meta = _Meta(name, _U16.pack(self._next_sid), is_map)
+        self._next_sid += 1
+        self._metas[name] = meta
+        self._by_sid[meta.sid] = meta
+        return meta
+
+    def _meta_for(self, name: str, is_map: bool = False) -> _Meta:
+        meta = self._metas.get(name)
+        return meta if meta is not None else self._new_meta(name, is_map)
+
+    def _create_state(self, descriptor: StateDescriptor):
+        kind = descriptor.kind
+        if kind not in PLAIN:
+            raise TypeError(f"unknown state descriptor {descriptor!r}")
+        policy = TtlPolicy.of(descriptor)
+        if kind == "map" or descriptor.namespaced:  # entries (or namespaces) under the key's prefix
+            meta = self._metas.get(descriptor.name)
+            if meta is None:
+                meta = self._new_meta(descriptor.name, True)
+            elif not meta.is_map:
+                meta = self._relayout_as_map(meta, policy)
+        else:
+            meta = self._meta_for(descriptor.name)  # a map meta only exists for a registered map state
+            if policy is not None and meta.restored_plain or policy is None and meta.restored_ttl:
+                self._convert_restored(meta, kind, policy)
+        meta.kind = kind
+        meta.ttl = policy
+        meta.restored_ttl = meta.restored_plain = False
+        functions = {"reduce_function": getattr(descriptor, "reduce_function", None),
+                     "agg_function": getattr(descriptor, "agg_function", None)}
+        if descriptor.namespaced:
+            return NAMESPACED[kind](self, meta, **functions)
+        if policy is None:
+            return PLAIN[kind](self, meta, **functions)
+        meta.compact = policy.compact_entries
+        return TTL[kind](self, meta, policy, **functions)
+
+    def _convert_restored(self, meta: _Meta, kind: str, policy) -> None:
+        """A non-map state restored before registration, in the other form: stamp plain values with
+        the current time (the restore's; the next delta carries them) or drop the timestamps."""
+        now = None if policy is None else policy.now(self)
+        for kg in self.key_groups:
+            lo = _U16.pack(kg) + meta.sid
+            wb = self._rd.WriteBatch(raw_mode=True)
+            dirty = []
+            for k, raw in self._scan(lo, _successor(lo)):
+                value = _decode(raw)
+                new = unstamp(kind, value) if policy is None else stamp(kind, value, now)
+                if new is not value:
+                    wb.put(k, _encode(new))
+                    dirty.append(k)
+            if dirty:
+                self._db.write(wb)
+                if policy is not None:
+                    self._forced.update(dict.fromkeys(dirty))
+
+    def _relayout_as_map(self, old: _Meta, policy=None) -> _Meta:
+        """A state restored before registration holds one dict per user key; spread it into entries
+        (in TTL form for a TTL-enabled map: plain entries get the current time, as ``_convert_restored``)."""
+        new = _Meta(old.name, _U16.pack(self._next_sid), True)
+        self._next_sid += 1
+        now = None if policy is None else policy.now(self)
+        for kg in self.key_groups:
+            kgb = _U16.pack(kg)
+            lo = kgb + old.sid
+            hi = _successor(lo)
+            wb = self._rd.WriteBatch(raw_mode=True)
+            dirty = False
+            for k, raw in self._scan(lo, hi):
+                value = _decode(raw)
+                if not isinstance(value, dict):
+                    raise TypeError(
+                        f"operator '{self.operator}': state '{old.name}' was restored with a "
+                        f"{type(value).__name__} for key {decode_key(k[4:])!r}, cannot use it as map state")
+                ukb = k[4:]
+                prefix = kgb + new.sid + _U32.pack(len(ukb)) + ukb
+                converted = unstamp("map", value) if policy is None else stamp("map", value, now)
+                if policy is not None and converted is not value:
+                    self._forced_maps[prefix] = None
+                for mk, mv in converted.items():
+                    wb.put(prefix + encode_key(mk), _encode(mv))
+                dirty = True
+            if dirty:
+                wb.delete_range(lo, hi)
+                self._db.write(wb)
+        return self._swap_meta(old, new)
+
+    def _swap_meta(self, old: _Meta, new: _Meta) -> _Meta:
+        del self._by_sid[old.sid]
+        self._metas[new.name] = new
+        self._by_sid[new.sid] = new
+        return new
+
+    # -- TTL cleanup --------------------------------------------------------------------------------
+    def _compact_ttl(self, meta: _Meta) -> None:
+        """The compaction-filter emulation: query the time once, then check the state's next
+        ``compact`` stored entries (each key group entered counts as one) from where the last run
+        stopped (to the end of the key-group range; the run after starts over) and delete the
+        expired ones, or the expired elements of a list, through the undo log, so they are deletes
+        in the epoch's delta and roll back with it."""
+        policy = meta.ttl
+        horizon = policy.horizon(policy.now(self))
+        budget = meta.compact
+        cursor = meta.cursor
+        first = self.key_groups.start if cursor is None else _U16.unpack_from(cursor)[0]
+        wb = self._rd.WriteBatch(raw_mode=True)
+        dirty = False
+        is_list = meta.kind == "list"
+        stop_at = None
+        for kg in range(first, self.key_groups.stop):
+            if budget <= 0:  # entering a key group costs a step too: a sparse state's run stays bounded
+                stop_at = _U16.pack(kg)  # sorts before the key group's entries: resume at its start
+                break
+            budget -= 1
+            lo = _U16.pack(kg) + meta.sid
+            start = lo if cursor is None or cursor < lo else cursor + b"\x00"
+            entries = self._scan(start, _successor(lo))
+            try:
+                for k, raw in entries:
+                    budget -= 1
+                    if is_list:
+                        stored = pickle.loads(raw)
+                        kept = policy.unexpired_or_none(stored, horizon)
+                        if kept is not stored:
+                            self._undo.setdefault(k, raw)
+                            if kept is None:
+                                wb.delete(k)
+                            else:
+                                wb.put(k, pickle.dumps(kept, protocol=serde.PROTOCOL))
+                            dirty = True
+                    elif raw[0] == _TTL_TAG and _I64.unpack_from(raw, 1)[0] <= horizon:
+                        if meta.is_map:
+                            prefix = k[:8 + _U32.unpack_from(k, 4)[0]]
+                            self._touch_map(prefix, k, raw)
+                        else:
+                            self._undo.setdefault(k, raw)
+                        wb.delete(k)
+                        dirty = True
+                    if budget <= 0:
+                        stop_at = k
+                        break
+            finally:
+                entries.close()
+            if stop_at is not None:
+                break
+        meta.cursor = stop_at
+        if dirty:
+            self._db.write(wb)
+
+    # -- epochs -----------------------------------------------------------------------------------
+    def confirm(self) -> None:
+        self._undo = {}
+        self._undo_map = {}
+        self._touched_maps = {}
+        self._forced = {}
+        self._forced_maps = {}
+
+    def rollback(self) -> None:
+        if self._undo or self._undo_map:
+            wb = self._rd.WriteBatch(raw_mode=True)
+            for undo in (self._undo, self._undo_map):
+                for k, old in undo.items():
+                    if old is None:
+                        wb.delete(k)
+                    else:
+                        wb.put(k, old)
+            self._db.write(wb)
+        # restored values stamped for TTL stay stamped (and due for the next delta)
+        self._undo = {}
+        self._undo_map = {}
+        self._touched_maps = {}
+
+    def has_pending(self) -> bool:
+        return bool(self._undo or self._touched_maps or self._forced or self._forced_maps)
+
+    def keys_of(self, name: str):
+        """(key group, key) of every key that has a value in state ``name``: a scan of that state's
+        range in each key group, reading keys only (the base class decodes every state's values)."""
+        meta = self._metas.get(name)
+        if meta is None:
+            return
+        ro = self._rd.ReadOptions()
+        ro.fill_cache(False)
+        for kg in self.key_groups:
+            lo = _U16.pack(kg) + meta.sid
+            hi = _successor(lo)
+            ro.set_iterate_upper_bound(hi)
+            last = None
+            keys = self._db.keys(from_key=lo, read_opt=ro)
+            try:
+                for k in keys:
+                    if meta.is_map:
+                        k = k[:8 + _U32.unpack_from(k, 4)[0]]
+                        if k == last:
+                            continue
+                        last = k
+                        yield kg, decode_key(k[8:])
+                    else:
+                        yield kg, decode_key(k[4:])
+            finally:
+                del keys  # the iterator goes before the bound it points into
+
+    def key_count(self) -> int:
+        """(state, user key) pairs holding a value, as the heap backend counts them."""
+        count = 0
+        last = None
+        for k, _ in self._scan(self._lower, self._upper):
+            if self._by_sid[k[2:4]].is_map:
+                prefix = k[:8 + _U32.unpack_from(k, 4)[0]]
+                if prefix != last:
+                    last = prefix
+                    count += 1
+            else:
+                count += 1
+        return count
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close RocksDB and delete its directory (also done when the backend is collected)."""
+        self._finalizer()
+
+    dispose = close
+
+
+class EmbeddedRocksDBStateBackend(StateBackendSpec):
+    """PyFlink's ``EmbeddedRocksDBStateBackend``: keyed state in an embedded RocksDB per subtask and
+    operator, on the worker's local disk, so state may exceed the Python worker's memory.
+
+    keyspan checkpoints are always incremental (each epoch writes only its changes, with a full
+    snapshot now and then), so ``enable_incremental_checkpointing`` is recorded but changes nothing.
+
+    Memory. RocksDB's block cache and memtables are bounded per Python worker by
+    ``get_memory_configuration()`` (``set_fixed_memory_per_slot``, default 128 MiB;
+    ``set_write_buffer_ratio``, default 0.5; see ``RocksDBMemoryConfiguration``). Checkpoints
+    (full snapshots and deltas) are built and written one key group at a time and restores read one
+    key group (or a few small ones) at a time, so the worker's memory does not grow with the state:
+    a job whose state is 10× the memory its workers may use runs to completion
+    (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). What still grows with an epoch is the
+    undo log (the previous bytes of the entries the epoch overwrote) — bound it with
+    ``set_max_records_per_epoch`` when values are large.
+    """
+
+    name = "rocksdb"
+
+    def __init__(self, enable_incremental_checkpointing=None):
+        self._incremental = enable_incremental_checkpointing
+        self._db_storage_paths: list[str] | None = None
+        self._transfer_threads = 1
+        self._memory = RocksDBMemoryConfiguration()
+
+    def get_memory_configuration(self) -> RocksDBMemoryConfiguration:
+        """RocksDB's memory budget per Python worker (Flink's ``getMemoryConfiguration()``), e.g.
+        ``backend.get_memory_configuration().set_fixed_memory_per_slot("64mb")``."""
+        if getattr(self, "_memory", None) is None:  # a backend pickled before this existed
+            self._memory = RocksDBMemoryConfiguration()
+        return self._memory
+
+    def is_incremental_checkpoints_enabled(self) -> bool:
+        return bool(self._incremental)
+
+    def set_db_storage_paths(self, *paths: str) -> None:
+        """Local directories for the RocksDB files (default: the temp directory); one is picked per backend."""
+        self._db_storage_paths = [p[len("file://"):] if p.startswith("file://") else p for p in paths] or None
+
+    def get_db_storage_paths(self) -> list[str]:
+        return list(self._db_storage_paths or [])
+
+    def set_number_of_transfer_threads(self, number_of_transfer_threads: int) -> None:
+        self._transfer_threads = int(number_of_transfer_threads)
+
+    def get_number_of_transfer_threads(self) -> int:
+        return self._transfer_threads
+
+    def _root(self, operator: str, key_groups: range) -> str:
+        if self._db_storage_paths:
+            paths = self._db_storage_paths
+            return os.path.join(paths[(key_groups.start + len(operator)) % len(paths)], "keyspan-rocksdb")
+        return os.path.join(tempfile.gettempdir(), "keyspan-rocksdb")
+
+    def create_keyed_backend(self, operator: str, key_groups: range, local_dir: str | None = None):
+        """Open a fresh RocksDB under ``local_dir`` (or the storage paths, or the temp directory),
+        in ``<root>/<pid>/<operator>-<start>-<stop>-<uuid>``."""
+        root = local_dir if local_dir is not None else self._root(operator, key_groups)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", operator)[:100]
+        name = f"{safe}-{key_groups.start}-{key_groups.stop}-{uuid.uuid4().hex[:12]}"
+        return RocksDBKeyedStateBackend(operator, key_groups, os.path.join(_prepare_pid_dir(root), name),
+                                        self.get_memory_configuration())
+
+    def __repr__(self):
+        return f"EmbeddedRocksDBStateBackend(enable_incremental_checkpointing={self._incremental!r})"

@@ -1,0 +1,255 @@
+"""Snapshots and restores of the RocksDB backend in the backend-neutral section format: deltas of the
+open epoch, full snapshots built one key group at a time from a point-in-time view, and restores
+written in bounded batches."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+
+from keyspan.io import serde
+from keyspan.state.backend import LazySections
+from keyspan.state.rocksdb.layout import (
+    _I64,
+    _TTL_TAG,
+    _U16,
+    _U32,
+    _Batch,
+    _decode,
+    _drain,
+    _encode,
+    _is_ttl_form,
+    _successor,
+    _View,
+    decode_key,
+    encode_key,
+)
+from keyspan.state.ttl import stamp, unstamp
+
+
+class Snapshots:
+    """The section methods of ``RocksDBKeyedStateBackend``."""
+
+    # -- sections ---------------------------------------------------------------------------------
+    def _names(self) -> dict[bytes, tuple]:
+        """State id → (name, is_map, kind) as of now: what a section built later must use."""
+        return {sid: (m.name, m.is_map, m.kind) for sid, m in self._by_sid.items()}
+
+    def _touched(self) -> dict[int, tuple[list, list]]:
+        """Key group → (touched non-map RocksDB keys, touched map prefixes) of the open epoch, in key order."""
+        groups: dict[int, tuple[list, list]] = {}
+        keys = self._undo.keys() if not self._forced else {**self._undo, **self._forced}.keys()
+        for k in sorted(keys):
+            g = groups.get(_U16.unpack_from(k)[0])
+            if g is None:
+                g = groups[_U16.unpack_from(k)[0]] = ([], [])
+            g[0].append(k)
+        maps = self._touched_maps.keys() if not self._forced_maps else {**self._touched_maps,
+                                                                         **self._forced_maps}.keys()
+        for prefix in sorted(maps):
+            g = groups.get(_U16.unpack_from(prefix)[0])
+            if g is None:
+                g = groups[_U16.unpack_from(prefix)[0]] = ([], [])
+            g[1].append(prefix)
+        return dict(sorted(groups.items()))
+
+    @staticmethod
+    def _delta_section(keys, prefixes, raws, scan, names) -> dict:
+        """One key group's delta: a put per present key, a delete per absent one; a touched map is
+        put whole (read with ``scan``) or deleted when it has no entries left."""
+        section: dict[str, tuple] = {}
+
+        def entry(sid):
+            name = names[sid][0]
+            e = section.get(name)
+            if e is None:
+                e = section[name] = ({}, [])
+            return e
+
+        for k, raw in zip(keys, raws):
+            puts, deletes = entry(k[2:4])
+            if raw is None:
+                deletes.append(decode_key(k[4:]))
+            else:
+                puts[decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
+        for prefix in prefixes:
+            puts, deletes = entry(prefix[2:4])
+            ukey = decode_key(prefix[8:])
+            n = len(prefix)
+            m = {decode_key(k[n:]): pickle.loads(v) if v[0] != _TTL_TAG else _decode(v)
+                 for k, v in scan(prefix, _successor(prefix))}
+            if m:
+                puts[ukey] = m
+            else:
+                deletes.append(ukey)
+        return section
+
+    def changed_sections(self):
+        names = self._names()
+        return {kg: self._delta_section(keys, prefixes, self._db.get(keys) if keys else [], self._scan, names)
+                for kg, (keys, prefixes) in self._touched().items()}
+
+    def delta_sections(self) -> LazySections:
+        """The open epoch's changes, encoded one key group at a time as the checkpoint file is
+        written: key groups and keys are fixed now and the values are read from a view of now, so
+        memory is one key group's delta, not the epoch's."""
+        touched = self._touched()
+        view = _View(self)
+        names = self._names()
+
+        def produce(kg):
+            keys, prefixes = touched[kg]
+            return self._delta_section(keys, prefixes, [view.get(k) for k in keys], view.scan, names)
+
+        # every touched key is a put or a delete: a touched key group always has a section
+        return LazySections(touched, produce, self._encode_section, nonempty=touched.__contains__,
+                            dump=self._dump_section)
+
+    def _encode_section(self, kg: int, section: dict) -> bytes:
+        return serde.dumps_state(section, operator=self.operator, key_group=kg)
+
+    def _dump_section(self, kg: int, section: dict, file) -> None:
+        serde.dump_state(section, file, operator=self.operator, key_group=kg)
+
+    @staticmethod
+    def _group_section(entries, names, horizons) -> dict:
+        """One key group's full section from its (RocksDB key, bytes) entries in key order. Expired
+        values of states with TTL cleanup in full snapshots (``horizons``: state id → horizon) are
+        left out."""
+        section: dict[str, tuple] = {}
+        last_prefix = None
+        current_map = None
+        for k, raw in entries:
+            sid = k[2:4]
+            name, is_map, kind = names[sid]
+            if horizons and sid in horizons:
+                horizon, policy = horizons[sid]
+                if kind == "list":
+                    value = policy.unexpired_or_none(pickle.loads(raw), horizon)
+                    if value is None:
+                        continue
+                    e = section.get(name)
+                    if e is None:
+                        e = section[name] = ({}, [])
+                    e[0][decode_key(k[4:])] = value
+                    continue
+                if raw[0] == _TTL_TAG and _I64.unpack_from(raw, 1)[0] <= horizon:
+                    continue
+            e = section.get(name)
+            if e is None:
+                e = section[name] = ({}, [])
+            if is_map:
+                end = 8 + _U32.unpack_from(k, 4)[0]
+                prefix = k[:end]
+                if prefix != last_prefix:
+                    last_prefix = prefix
+                    current_map = e[0][decode_key(k[8:end])] = {}
+                current_map[decode_key(k[end:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
+            else:
+                e[0][decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
+        return section
+
+    def _full_snapshot_horizons(self) -> dict:
+        """State id → (TTL horizon, policy), for the states whose expired values full snapshots leave out."""
+        horizons = {}
+        for meta in self._metas.values():
+            policy = meta.ttl
+            if policy is not None and policy.full_snapshot:
+                horizons[meta.sid] = (policy.horizon(policy.now(self)), policy)
+        return horizons
+
+    def all_sections(self):
+        """Key group → decoded full section, in one pass (a dict: for tests, tools and restores
+        in memory; checkpoints use ``full_sections``)."""
+        names = self._names()
+        horizons = self._full_snapshot_horizons()
+        sections = {}
+        for kgb, entries in itertools.groupby(self._scan(self._lower, self._upper), key=lambda e: e[0][:2]):
+            section = self._group_section(entries, names, horizons)
+            if section:
+                sections[_U16.unpack(kgb)[0]] = section
+        return sections
+
+    def full_sections(self) -> LazySections:
+        """A full snapshot as of now, built and encoded one key group at a time (a range scan of the
+        key group's prefix in a view opened now) as the checkpoint file is written: peak memory is
+        about one key group's section, not the subtask's state."""
+        view = _View(self)
+        names = self._names()
+        horizons = self._full_snapshot_horizons()
+
+        def bounds(kg):
+            return _U16.pack(kg), _U16.pack(kg + 1)
+
+        def produce(kg):
+            return self._group_section(view.scan(*bounds(kg)), names, horizons)
+
+        def nonempty(kg):
+            return view.first(*bounds(kg)) is not None
+
+        return LazySections(self.key_groups, produce, self._encode_section,
+                            nonempty=None if horizons else nonempty, dump=self._dump_section)
+
+    def restore_payload(self, key_group: int, payload: bytes) -> None:
+        """Restore an encoded section, handing each value to RocksDB and dropping it from the decoded
+        section as it goes, so memory holds the payload, what is left of the section and one batch."""
+        self.apply_section(key_group, serde.loads(payload), _consume=True)
+
+    def apply_section(self, key_group: int, section: dict, _consume: bool = False) -> None:
+        """Restore a section. A registered state gets its values in its own form (plain values
+        restored into a TTL-enabled state are stamped with the current time and carried by the next
+        delta); a state not registered yet keeps the form it came in until it is registered. Written
+        in batches of ~4 MB (``_Batch``), so a large key group never sits whole in a write batch and
+        a memtable on top of its decoded section."""
+        if key_group not in self.key_groups:
+            return
+        kgb = _U16.pack(key_group)
+        wb = _Batch(self)
+        for name, (puts, deletes) in section.items():
+            entries = _drain(puts) if _consume else puts.items()
+            meta = self._meta_for(name)
+            base = kgb + meta.sid
+            policy = meta.ttl
+            now = None if policy is None else policy.now(self)
+            if meta.is_map:
+                for ukey, m in entries:
+                    if not isinstance(m, dict):
+                        raise TypeError(
+                            f"operator '{self.operator}': map state '{name}' restored with a "
+                            f"{type(m).__name__} for key {ukey!r}")
+                    ukb = encode_key(ukey)
+                    prefix = base + _U32.pack(len(ukb)) + ukb
+                    converted = unstamp("map", m) if policy is None else stamp("map", m, now)
+                    if policy is not None and converted is not m:
+                        self._forced_maps[prefix] = None
+                    new = {prefix + encode_key(mk): _encode(mv) for mk, mv in converted.items()}
+                    for k, _ in self._scan(prefix, _successor(prefix)):
+                        if k not in new:
+                            wb.delete(k)
+                    for k, raw in new.items():
+                        wb.put(k, raw)
+                for ukey in deletes:
+                    ukb = encode_key(ukey)
+                    prefix = base + _U32.pack(len(ukb)) + ukb
+                    for k, _ in self._scan(prefix, _successor(prefix)):
+                        wb.delete(k)
+            else:
+                kind = meta.kind
+                for ukey, value in entries:
+                    if kind is None:  # not registered: keep the form, remember it for registration
+                        if _is_ttl_form(value):
+                            meta.restored_ttl = True
+                        else:
+                            meta.restored_plain = True
+                        wb.put(base + encode_key(ukey), _encode(value))
+                    elif policy is None:
+                        wb.put(base + encode_key(ukey), _encode(unstamp(kind, value)))
+                    else:
+                        stamped = stamp(kind, value, now)
+                        k = base + encode_key(ukey)
+                        if stamped is not value:
+                            self._forced[k] = None
+                        wb.put(k, _encode(stamped))
+                for ukey in deletes:
+                    wb.delete(base + encode_key(ukey))
+        wb.flush()
