@@ -38,7 +38,7 @@ import copy
 from keyspan.state.api import AggregatingState, ListState, MapState, ReducingState, ValueState
 
 __all__ = ["InternalValueState", "InternalListState", "InternalMapState", "InternalReducingState",
-           "InternalAggregatingState", "STATES", "compose", "namespaced", "NamespaceMixin"]
+           "InternalAggregatingState", "STATES", "compose", "namespaced", "NamespaceMixin", "DictEntryReads"]
 
 
 def namespaced(descriptor):
@@ -184,13 +184,12 @@ STATES = {"value": InternalValueState, "list": InternalListState, "map": Interna
           "reducing": InternalReducingState, "aggregating": InternalAggregatingState}
 
 
-class NamespaceMixin:
-    """PyFlink's ``InternalKvState.set_current_namespace`` and ``InternalMergingState.merge_namespaces``,
-    for the cells of a namespaced state (they read ``self._ns``)."""
+class DictEntryReads:
+    """Map-entry reads for cells whose slot holds the whole map as a dict (heap map states,
+    namespaced map states)."""
 
     __slots__ = ()
 
-    # a namespaced map state keeps one dict per (key, namespace), replaced on every change
     def _entry_load(self, key):
         m = self._load()
         return None if m is None else m.get(key)
@@ -199,15 +198,23 @@ class NamespaceMixin:
         m = self._load()
         return m is not None and key in m
 
+    def _entries(self):
+        m = self._load()
+        return () if m is None else list(m.items())
+
+
+class NamespaceMixin(DictEntryReads):
+    """PyFlink's ``InternalKvState.set_current_namespace`` and ``InternalMergingState.merge_namespaces``,
+    for the cells of a namespaced state (they read ``self._ns``)."""
+
+    __slots__ = ()
+
+    # a namespaced map state keeps one dict per (key, namespace), replaced on every change
     def _entry_store(self, key, stored) -> None:
         self._entries_update({key: stored}, ())
 
     def _entry_delete(self, key) -> None:
         self._entries_update({}, (key,))
-
-    def _entries(self):
-        m = self._load()
-        return () if m is None else list(m.items())
 
     def _entries_update(self, puts: dict, deletes) -> None:
         m = dict(self._load() or {})

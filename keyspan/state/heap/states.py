@@ -10,7 +10,7 @@ import copy
 from operator import itemgetter
 
 from keyspan.state.heap.table import MISSING, private
-from keyspan.state.internal import STATES, NamespaceMixin, compose
+from keyspan.state.internal import STATES, DictEntryReads, NamespaceMixin, compose
 from keyspan.state.ttl import TTL_STATES, TtlValue
 
 
@@ -22,7 +22,7 @@ def _restamped(stored, ts):
     return TtlValue((stored[0], ts))
 
 
-class HeapCell:
+class HeapCell(DictEntryReads):
     """The current key's value in ``_table``; a map state's value is a dict (its entries)."""
 
     __slots__ = ("_backend", "_table", "_name", "_ttl", "_cleanup", "_reduce", "_agg")
@@ -76,7 +76,9 @@ class HeapCell:
             lst.extend(items)
 
     # map entries ------------------------------------------------------------------------------
-    def _mutable_map(self) -> dict:
+    def _key_dict(self) -> dict:
+        """The current key's dict (a map's entries, a namespaced state's namespaces), created if
+        absent; the undo log keeps a copy of it first."""
         b = self._backend
         group = self._table.touch(b.current_key_group, b.current_key, dict)
         m = group.get(b.current_key)
@@ -89,33 +91,21 @@ class HeapCell:
             b = self._backend
             self._table.touch(b.current_key_group, b.current_key, dict).pop(b.current_key, None)
 
-    def _entry_load(self, key):
-        m = self._load()
-        return None if m is None else m.get(key)
-
-    def _entry_contains(self, key) -> bool:
-        m = self._load()
-        return m is not None and key in m
-
     def _entry_store(self, key, stored) -> None:
-        self._mutable_map()[key] = stored
+        self._key_dict()[key] = stored
 
     def _entry_delete(self, key) -> None:
         m = self._load()
         if m is None or key not in m:
             return
-        m = self._mutable_map()
+        m = self._key_dict()
         del m[key]
         self._drop_if_empty(m)
-
-    def _entries(self):
-        m = self._load()
-        return () if m is None else list(m.items())
 
     def _entries_update(self, puts: dict, deletes) -> None:
         if not puts and not deletes:
             return
-        m = self._mutable_map()
+        m = self._key_dict()
         for key in deletes:
             m.pop(key, None)
         m.update(puts)
@@ -139,16 +129,8 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         slots = self._table.groups[b.current_key_group - self._table.start].get(b.current_key)
         return None if slots is None else slots.get(self._ns)
 
-    def _slots(self) -> dict:
-        b = self._backend
-        group = self._table.touch(b.current_key_group, b.current_key, dict)
-        slots = group.get(b.current_key)
-        if slots is None:
-            slots = group[b.current_key] = {}
-        return slots
-
     def _store(self, stored) -> None:
-        self._slots()[self._ns] = stored
+        self._key_dict()[self._ns] = stored
 
     def _delete(self) -> None:
         b = self._backend
@@ -156,7 +138,7 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         slots = group.get(b.current_key)
         if slots is None or self._ns not in slots:
             return
-        slots = self._slots()
+        slots = self._key_dict()
         del slots[self._ns]
         if not slots:
             self._table.touch(b.current_key_group, b.current_key).pop(b.current_key, None)
