@@ -270,7 +270,7 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
         pass
 
 
-# --- windows: window functions (keyspan.datastream.window_operator runs them) ----------------------
+# --- windows: window functions (keyspan.runtime.operators.window runs them) ----------------------
 
 W = TypeVar("W")
 W2 = TypeVar("W2")

@@ -83,7 +83,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for name, table in self._tables.items():
             policy = table.ttl
             if policy is not None and policy.full_snapshot:  # TTL cleanup in full snapshots
-                horizon = policy.horizon(policy.now(self))
+                horizon = policy.clock(self)[1]
                 unexpired = policy.unexpired_or_none
                 for i, group in enumerate(table.groups):
                     kept = {}

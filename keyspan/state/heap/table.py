@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from keyspan.state.ttl import LONG_MAX, TtlPolicy
-from keyspan.state.ttl.values import _ALL_EXPIRED
+from keyspan.state.ttl import TtlPolicy
 
 MISSING = object()
 _IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
@@ -117,8 +116,7 @@ class IncrementalCleanup:
         groups = table.groups
         policy = self.policy
         b = self.backend
-        now = b.current_watermark if policy.event_time else b.ttl_time_provider()
-        horizon = now - policy.ttl if now < LONG_MAX else _ALL_EXPIRED
+        horizon = policy.clock(b)[1]
         value_like = self.value_like
         budget = self.size
         keys = self.keys

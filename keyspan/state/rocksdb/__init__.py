@@ -6,7 +6,8 @@ deterministically (pickle protocol 5, memo off for composite keys). A map state 
 RocksDB entry per map entry: the user key is length-prefixed (4 bytes, big-endian) and followed
 by the serialized map key. So one key group is one contiguous key range, one state inside a key
 group is a contiguous range, and one map is a contiguous range: snapshots and restores read and
-write ranges, and a large map is never rewritten as a whole. Values are pickled
+write ranges, and a large map is never rewritten as a whole. A namespaced state (per-window
+state) is laid out as a map whose map keys are the namespaces. Values are pickled
 (``keyspan.io.serde``).
 
 Epochs. Writes go straight to RocksDB; the first time an epoch touches an entry, its previous
@@ -30,6 +31,11 @@ The RocksDB directory is scratch space: it is deleted when the backend is closed
 or the process exits; durability comes from keyspan's checkpoints, as in Flink. Spark's Python
 workers end with ``os._exit``, so the first backend a process opens also deletes the directories
 left by dead processes of the same host.
+
+Modules: ``layout`` (key and value bytes, views, batches), ``states`` (the cells the state kinds of
+``keyspan.state.internal`` and ``keyspan.state.ttl`` run on), ``backend`` (registration, undo log,
+TTL cleanup, epochs; ``EmbeddedRocksDBStateBackend``), ``snapshot`` (sections and restores),
+``memory`` (``RocksDBMemoryConfiguration``), ``scratch`` (local directories).
 """
 
 from keyspan.state.rocksdb.backend import EmbeddedRocksDBStateBackend, RocksDBKeyedStateBackend

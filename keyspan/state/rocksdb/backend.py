@@ -217,7 +217,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         expired ones, or the expired elements of a list, through the undo log, so they are deletes
         in the epoch's delta and roll back with it."""
         policy = meta.ttl
-        horizon = policy.horizon(policy.now(self))
+        horizon = policy.clock(self)[1]
         budget = meta.compact
         cursor = meta.cursor
         first = self.key_groups.start if cursor is None else _U16.unpack_from(cursor)[0]

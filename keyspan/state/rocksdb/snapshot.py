@@ -155,7 +155,7 @@ class Snapshots:
         for meta in self._metas.values():
             policy = meta.ttl
             if policy is not None and policy.full_snapshot:
-                horizons[meta.sid] = (policy.horizon(policy.now(self)), policy)
+                horizons[meta.sid] = (policy.clock(self)[1], policy)
         return horizons
 
     def all_sections(self):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from keyspan.state.api import AggregatingState, ListState, MapState, ReducingState, ValueState
 from keyspan.state.internal import _no_none, _none_error
-from keyspan.state.ttl.values import LONG_MAX, _ALL_EXPIRED, TtlValue
+from keyspan.state.ttl.values import TtlValue
 
 
 class AbstractTtlState:
@@ -21,10 +21,7 @@ class AbstractTtlState:
 
     def _clock(self):
         """(now, horizon): timestamps <= horizon are expired."""
-        p = self._ttl
-        b = self._backend
-        now = b.current_watermark if p.event_time else b.ttl_time_provider()
-        return now, (now - p.ttl if now < LONG_MAX else _ALL_EXPIRED)
+        return self._ttl.clock(self._backend)
 
     def _get_wrapped(self):
         """The current key's stored value or None: an expired one is removed (and returned only

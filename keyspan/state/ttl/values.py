@@ -74,9 +74,11 @@ class TtlPolicy:
     def now(self, backend) -> int:
         return backend.current_watermark if self.event_time else backend.ttl_time_provider()
 
-    def horizon(self, now: int):
-        """Timestamps <= the horizon are expired at ``now``: ``min(ts + ttl, Long.MAX) <= now``."""
-        return now - self.ttl if now < LONG_MAX else _ALL_EXPIRED
+    def clock(self, backend):
+        """(now, horizon) on ``backend``'s clock: timestamps <= horizon are expired, i.e.
+        ``min(ts + ttl, Long.MAX) <= now`` as in Flink's ``TtlUtils.expired``."""
+        now = backend.current_watermark if self.event_time else backend.ttl_time_provider()
+        return now, (now - self.ttl if now < LONG_MAX else _ALL_EXPIRED)
 
     def read_list(self, stored: list, now: int, horizon):
         """Flink's TTL list read, shared by both backends: (what the caller sees, the elements to write
