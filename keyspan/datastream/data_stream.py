@@ -7,6 +7,11 @@ from typing import Callable, Union
 from keyspan.common.types import Row
 from keyspan.datastream.functions import (
     BroadcastProcessFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedCoProcessFunction,
+    Partitioner,
     FilterFunction,
     FlatMapFunction,
     KeyedBroadcastProcessFunction,
@@ -241,12 +246,15 @@ class DataStream:
                                       "supported; pass the broadcast state descriptor(s) and connect the result")
         return BroadcastStream(self, [broadcast_state_descriptor, *more_descriptors])
 
-    def connect(self, ds: "BroadcastStream") -> "BroadcastConnectedStream":
-        """Connect with a ``BroadcastStream``; ``process`` then takes a ``BroadcastProcessFunction``."""
-        if not isinstance(ds, BroadcastStream):
-            raise NotImplementedError("connect() supports a BroadcastStream (stream.broadcast(descriptor)); "
-                                      "connecting two DataStreams (ConnectedStreams) is not supported")
-        return BroadcastConnectedStream(self, ds)
+    def connect(self, ds: Union["DataStream", "BroadcastStream"]
+                ) -> Union["ConnectedStreams", "BroadcastConnectedStream"]:
+        """With a ``DataStream``: ``ConnectedStreams`` for CoMap/CoFlatMap/(Keyed)CoProcess functions.
+        With a ``BroadcastStream``: a ``BroadcastConnectedStream`` for a (Keyed)BroadcastProcessFunction."""
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
+        if isinstance(ds, DataStream):
+            return ConnectedStreams(self, ds)
+        raise TypeError(f"connect() needs a DataStream or a BroadcastStream, got {type(ds).__name__}")
 
     def sink_to(self, sink) -> "DataStreamSink":
         return DataStreamSink(self._add(OperatorKind.SINK, sink.name, spec=sink))
@@ -351,13 +359,6 @@ class KeyedStream(DataStream):
     def broadcast(self, *args, **kwargs):
         raise Exception("Cannot override partitioning for KeyedStream.")
 
-    def connect(self, ds: "BroadcastStream") -> "BroadcastConnectedStream":
-        """Connect with a ``BroadcastStream``; ``process`` then takes a ``KeyedBroadcastProcessFunction``."""
-        if not isinstance(ds, BroadcastStream):
-            raise NotImplementedError("connect() supports a BroadcastStream (stream.broadcast(descriptor)); "
-                                      "connecting two DataStreams (ConnectedStreams) is not supported")
-        return BroadcastConnectedStream(self, ds)
-
     def name(self, name):
         raise Exception("Set name for KeyedStream is not supported.")
 
@@ -411,6 +412,87 @@ class BroadcastConnectedStream:
             t = data._add(OperatorKind.BROADCAST_PROCESS, "Co-Process-Broadcast", func, output_type, inputs=inputs,
                           spec=descriptors)
         return DataStream(data._env, t)
+
+
+def _one_or_none(result):
+    return None if result is None else (result,)  # PyFlink's co-map drops a None result
+
+
+class _CoFunctionAdapter(KeyedCoProcessFunction):
+    """Runs a CoMap/CoFlatMap function as a two-input process function, as PyFlink does (on keyed
+    and non-keyed connected streams alike: the runtime calls ``process_element1/2``)."""
+
+    def __init__(self, func, flat: bool):
+        self._func = func
+        if flat:
+            self._one, self._two = func.flat_map1, func.flat_map2
+        else:
+            self._one, self._two = (lambda v: _one_or_none(func.map1(v))), (lambda v: _one_or_none(func.map2(v)))
+
+    def open(self, runtime_context: RuntimeContext):
+        self._func.open(runtime_context)
+
+    def close(self):
+        self._func.close()
+
+    def wrapped_user_function(self):
+        return self._func
+
+    def process_element1(self, value, ctx):
+        return self._one(value)
+
+    def process_element2(self, value, ctx):
+        return self._two(value)
+
+
+class ConnectedStreams:
+    """Two streams of possibly different types processed by one operator: the function's ``*1``
+    method sees the first stream's records, ``*2`` the second's. Keyed (``key_by(sel1, sel2)``), both
+    inputs go to the same key groups, so a key's state and timers are shared by both sides."""
+
+    def __init__(self, stream1: DataStream, stream2: DataStream):
+        self.stream1 = stream1
+        self.stream2 = stream2
+
+    def key_by(self, key_selector1: Union[Callable, KeySelector], key_selector2: Union[Callable, KeySelector],
+               key_type=None) -> "ConnectedStreams":
+        ds1 = self.stream1._origin if isinstance(self.stream1, KeyedStream) else self.stream1
+        ds2 = self.stream2._origin if isinstance(self.stream2, KeyedStream) else self.stream2
+        return ConnectedStreams(ds1.key_by(key_selector1, key_type), ds2.key_by(key_selector2, key_type))
+
+    def map(self, func: CoMapFunction, output_type=None) -> DataStream:
+        if not isinstance(func, CoMapFunction):
+            raise TypeError("The input function must be a CoMapFunction!")
+        return self._process(_CoFunctionAdapter(func, flat=False), output_type, "Co-Map")
+
+    def flat_map(self, func: CoFlatMapFunction, output_type=None) -> DataStream:
+        if not isinstance(func, CoFlatMapFunction):
+            raise TypeError("The input must be a CoFlatMapFunction!")
+        return self._process(_CoFunctionAdapter(func, flat=True), output_type, "Co-Flat Map")
+
+    def process(self, func: Union[CoProcessFunction, KeyedCoProcessFunction], output_type=None) -> DataStream:
+        if not isinstance(func, (CoProcessFunction, KeyedCoProcessFunction)):
+            raise TypeError("The input must be a CoProcessFunction or KeyedCoProcessFunction!")
+        if isinstance(func, KeyedCoProcessFunction) and not self._is_keyed_stream():
+            raise TypeError("a KeyedCoProcessFunction needs keyed connected streams: "
+                            "ds1.connect(ds2).key_by(key_selector1, key_selector2).process(...)")
+        return self._process(func, output_type, "Keyed Co-Process" if self._is_keyed_stream() else "Co-Process")
+
+    def _process(self, func, output_type, name: str) -> DataStream:
+        one, two = self.stream1, self.stream2
+        if isinstance(one, KeyedStream) != isinstance(two, KeyedStream):
+            raise ValueError("connect a keyed stream with a keyed stream (or neither): use "
+                             "connected.key_by(key_selector1, key_selector2)")
+        if self._is_keyed_stream():
+            t = one._add(OperatorKind.KEYED_CO_PROCESS, name, func, output_type, inputs=[one._t, two._t],
+                         key_selector=one._key_selector)
+            t.key_selector2 = two._key_selector
+        else:
+            t = one._add(OperatorKind.CO_PROCESS, name, func, output_type, inputs=[one._t, two._t])
+        return DataStream(one._env, t)
+
+    def _is_keyed_stream(self) -> bool:
+        return isinstance(self.stream1, KeyedStream) and isinstance(self.stream2, KeyedStream)
 
 
 class DataStreamSink:

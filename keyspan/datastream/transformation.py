@@ -20,16 +20,20 @@ class OperatorKind(StrEnum):
     KEYED_PROCESS = "keyed_process"  # every keyed operator (reduce, windows, … are keyed process functions)
     BROADCAST_PROCESS = "broadcast_process"
     KEYED_BROADCAST_PROCESS = "keyed_broadcast_process"
+    CO_PROCESS = "co_process"  # two ordinary inputs (connect): CoProcessFunction, CoMap, CoFlatMap
+    KEYED_CO_PROCESS = "keyed_co_process"  # two inputs keyed into the same key groups: KeyedCoProcessFunction
     UNION = "union"  # names edges only
     SIDE_OUTPUT = "side_output"  # names edges only
+    PARTITION = "partition"  # names edges only: how records reach the consumer (rebalance(), shuffle(), ...)
     SINK = "sink"
     DRIVER_SINK = "driver_sink"  # a sink whose records are delivered on the driver
 
 
-KEYED_KINDS = (OperatorKind.KEYED_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS)
+KEYED_KINDS = (OperatorKind.KEYED_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS, OperatorKind.KEYED_CO_PROCESS)
 BROADCAST_KINDS = (OperatorKind.BROADCAST_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS)
-VIRTUAL_KINDS = (OperatorKind.UNION, OperatorKind.SIDE_OUTPUT)  # graph nodes without an operator of their own
-SIDE_OUTPUT_KINDS = (OperatorKind.PROCESS, OperatorKind.KEYED_PROCESS) + BROADCAST_KINDS  # may `yield tag, value`
+TWO_INPUT_KINDS = (OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)  # records tagged with their input side
+VIRTUAL_KINDS = (OperatorKind.UNION, OperatorKind.SIDE_OUTPUT, OperatorKind.PARTITION)  # no operator of their own
+SIDE_OUTPUT_KINDS = (OperatorKind.PROCESS, OperatorKind.KEYED_PROCESS) + BROADCAST_KINDS + TWO_INPUT_KINDS
 
 
 def user_function(fn):
@@ -47,6 +51,7 @@ class Transformation:
     inputs: list["Transformation"] = field(default_factory=list)
     function: Any = None
     key_selector: Any = None  # for keyed kinds: the KeyedStream's selector
+    key_selector2: Any = None  # for a keyed two-input operator: the second input's selector
     output_type: Any = None
     parallelism: int | None = None
     uid: str | None = None
@@ -54,6 +59,10 @@ class Transformation:
 
     def __repr__(self):
         return f"<{self.kind} '{self.name}' #{self.id}>"
+
+    def input_key_selector(self, index: int):
+        """The key selector of input ``index`` (a keyed two-input operator keys each input its own way)."""
+        return self.key_selector2 if index == 1 and self.kind in TWO_INPUT_KINDS else self.key_selector
 
 
 def assign_uids(transformations: list[Transformation]) -> dict[int, tuple[str, bool]]:

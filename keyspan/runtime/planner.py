@@ -20,6 +20,7 @@ from keyspan.datastream.functions import CheckpointedFunction
 from keyspan.datastream.transformation import (
     BROADCAST_KINDS,
     KEYED_KINDS,
+    TWO_INPUT_KINDS,
     VIRTUAL_KINDS,
     OperatorKind,
     Transformation,
@@ -54,6 +55,7 @@ class ExitSpec:
     consumer_stage: int | None = None
     consumer_parallelism: int = 1
     key_selector: Any = None
+    input_side: int = 0  # which input of a two-input consumer the records feed (0: first, 1: second)
 
 
 @dataclass
@@ -317,7 +319,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             else:
                 kind = ExitKind.KEYED if keyed(c) else ExitKind.REBALANCE
             exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
-                                 c.key_selector if kind == ExitKind.KEYED else None)
+                                 c.input_key_selector(index) if kind == ExitKind.KEYED else None,
+                                 input_side=index if c.kind in TWO_INPUT_KINDS else 0)
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from keyspan.common.clock import LONG_MIN
 from keyspan.datastream.output_tag import OutputTag
-from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, OperatorKind
+from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, TWO_INPUT_KINDS, OperatorKind
 from keyspan.runtime import event_time
 from keyspan.runtime.planner import ExitKind
 from keyspan.runtime.protocol import UserFunctionError, user_error
@@ -17,10 +17,13 @@ from keyspan.runtime.worker.contexts import (
     BroadcastReadOnlyContext,
     BroadcastStates,
     Clock,
+    CoContext,
     Context,
     KeyedBroadcastContext,
     KeyedBroadcastOnTimerContext,
     KeyedBroadcastReadOnlyContext,
+    KeyedCoContext,
+    KeyedCoOnTimerContext,
     KeyedContext,
     OnTimerContext,
     TaskRuntimeContext,
@@ -143,6 +146,8 @@ class OperatorChain:
             return lambda value: pe(value, ctx)
         if kind in BROADCAST_KINDS:
             return self._broadcast_processor(op, emit)
+        if kind in TWO_INPUT_KINDS:
+            return self._two_input_processor(op, emit)
         if kind == OperatorKind.KEYED_PROCESS:
             inst = self._instance(op, keyed=True)
             backend = inst.backend
@@ -235,6 +240,34 @@ class OperatorChain:
                 pe(value, read_ctx)
             return process
         return lambda value: pe(value, read_ctx)
+
+    def _two_input_processor(self, op, emit):
+        """A two-input operator: returns the first input's processor (``process_element1``) and sets
+        the second's (``process_element2``), which ``StageTask._consume`` feeds chunks of input side 1.
+        Keyed, both share the key's state and timers: the same key group lands in the same subtask."""
+        subtask = self.subtask
+        if op.kind == OperatorKind.KEYED_CO_PROCESS:
+            inst = self._instance(op, keyed=True)
+            backend = inst.backend
+            ctx = KeyedCoContext(backend, self.ts_cell, inst.timers)
+            self._start_timers(inst, op, emit, KeyedCoOnTimerContext(backend, self.ts_cell, inst.timers))
+
+            def keyed(call):
+                pe = emitting(op, subtask, call, emit)
+
+                def process(value, key, kg):
+                    backend.current_key = key
+                    backend.current_key_group = kg
+                    pe(value, ctx)
+                return process
+            self.second_entry = keyed(inst.function.process_element2)
+            return keyed(inst.function.process_element1)
+        fn = self._plain_function(op)
+        ctx = CoContext(self.ts_cell, Clock(self._watermark(op)))
+        pe1 = emitting(op, subtask, fn.process_element1, emit)
+        pe2 = emitting(op, subtask, fn.process_element2, emit)
+        self.second_entry = lambda value: pe2(value, ctx)
+        return lambda value: pe1(value, ctx)
 
     def _plain_function(self, op):
         """A non-keyed operator's function, opened: the plan's own object, or — for a

@@ -1,5 +1,6 @@
 """Where records leave a stage: buffered per consumer subtask and emitted as pickled chunks
-(``(key groups, keys, records, timestamps or None)``), one Arrow row per chunk and subtask."""
+(``(key groups, keys, records, timestamps or None, input side)``), one Arrow row per chunk and
+subtask. The input side tells a two-input consumer which of its inputs the chunk feeds."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Exit:
 
     def __init__(self, spec, cell):
         self.parallelism = spec.consumer_parallelism
+        self.side = spec.input_side
         self.cell = cell  # the current record's event timestamp
         self.records: list = []
         self.stamps: list = []
@@ -62,7 +64,7 @@ class BroadcastExit(Exit):
     """Every record to every consumer subtask: one pickled chunk, sent once per subtask."""
 
     def route(self, records, stamps):
-        payload = serde.dumps((BROADCAST_CHUNK, None, records, stamps))
+        payload = serde.dumps((BROADCAST_CHUNK, None, records, stamps, self.side))
         return [(sub, payload) for sub in range(self.parallelism)]
 
 
@@ -75,7 +77,8 @@ class RebalanceExit(Exit):
 
     def route(self, records, stamps):
         n = self.parallelism
-        out = [((self.next + i) % n, serde.dumps((None, None, records[i::n], stamps[i::n] if stamps else None)))
+        out = [((self.next + i) % n,
+                serde.dumps((None, None, records[i::n], stamps[i::n] if stamps else None, self.side)))
                for i in range(min(n, len(records)))]
         self.next = (self.next + len(records)) % n
         return out
@@ -89,6 +92,7 @@ class KeyedExit:
         self.selector = spec.key_selector
         self.max_parallelism = max_parallelism
         self.parallelism = spec.consumer_parallelism
+        self.side = spec.input_side
         self.cell = cell
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
@@ -107,6 +111,6 @@ class KeyedExit:
     def flush(self, exit_id, row):
         for sub, (kgs, keys, records, stamps) in enumerate(self.buffers):
             if records:
-                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps))))
+                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps), self.side)))
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
