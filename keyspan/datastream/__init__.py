@@ -1,6 +1,18 @@
 """PyFlink-compatible DataStream API: ``from keyspan.datastream import ...`` replaces ``pyflink.datastream``."""
 
 from keyspan.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
+from keyspan.datastream.checkpoint_storage import (
+    CheckpointStorage,
+    CustomCheckpointStorage,
+    FileSystemCheckpointStorage,
+    JobManagerCheckpointStorage,
+)
+from keyspan.datastream.execution_mode import RuntimeExecutionMode
+from keyspan.datastream.externalized_checkpoint_retention import (
+    ExternalizedCheckpointCleanup,
+    ExternalizedCheckpointRetention,
+)
+from keyspan.datastream.slot_sharing_group import MemorySize, SlotSharingGroup
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.timerservice import TimerService
@@ -72,7 +84,16 @@ from keyspan.datastream.window import (
     WindowAssigner,
 )
 from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream
-from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+from keyspan.datastream.state_backend import (
+    CustomStateBackend,
+    EmbeddedRocksDBStateBackend,
+    FsStateBackend,
+    HashMapStateBackend,
+    MemoryStateBackend,
+    PredefinedOptions,
+    RocksDBStateBackend,
+    StateBackend,
+)
 from keyspan.datastream.stream_execution_environment import JobExecutionResult, StreamExecutionEnvironment
 from keyspan.state.api import OperatorStateStore
 
@@ -95,4 +116,9 @@ __all__ = [
     "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "Window",
     "WindowAssigner", "WindowFunction", "WindowedStream", "OutputTag", "TimerService",
     "TimeCharacteristic",
+    # execution, checkpointing and legacy names
+    "CheckpointStorage", "CustomCheckpointStorage", "CustomStateBackend", "ExternalizedCheckpointCleanup",
+    "ExternalizedCheckpointRetention", "FileSystemCheckpointStorage", "FsStateBackend", "JobManagerCheckpointStorage",
+    "MemorySize", "MemoryStateBackend", "PredefinedOptions", "RocksDBStateBackend", "RuntimeExecutionMode",
+    "SlotSharingGroup", "StateBackend",
 ]

@@ -24,7 +24,7 @@ from keyspan.datastream.functions import (
     SinkFunction,
 )
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from keyspan.datastream.transformation import OperatorKind, Transformation
+from keyspan.datastream.transformation import OperatorKind, Partitioning, Transformation
 
 
 def _as_callable(func, method: str, interface: type):
@@ -176,6 +176,88 @@ class DataStream:
     def get_type(self):
         return self._t.output_type
 
+    def get_execution_config(self):
+        return self._env.get_config()
+
+    def set_uid_hash(self, uid_hash: str) -> "DataStream":
+        """Flink's user-provided operator id; in keyspan the operator's state identity, like ``uid``
+        (an explicit ``uid`` wins)."""
+        if not self._t.uid:
+            self._t.uid = uid_hash
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> "DataStream":
+        """Checked (at least the operator's parallelism, at most the job's); keyspan keys every
+        operator with the job's max parallelism (``env.set_max_parallelism``), which fixes the key groups."""
+        if max_parallelism < 1 or (self._t.parallelism and max_parallelism < self._t.parallelism):
+            raise ValueError(f"operator '{self._t.name}': max parallelism {max_parallelism} is below its "
+                             f"parallelism {self._t.parallelism}")
+        if max_parallelism > self._env.get_max_parallelism():
+            raise ValueError(f"operator '{self._t.name}': max parallelism {max_parallelism} exceeds the job's "
+                             f"({self._env.get_max_parallelism()}); raise it with env.set_max_parallelism")
+        return self
+
+    def force_non_parallel(self) -> "DataStream":
+        """Parallelism 1 for this operator."""
+        self._t.parallelism = 1
+        return self
+
+    def set_buffer_timeout(self, timeout_millis: int) -> "DataStream":
+        """Accepted: records leave a stage in chunks within the epoch; the epoch interval bounds latency."""
+        return self
+
+    def start_new_chain(self) -> "DataStream":
+        """This operator starts a new stage (Spark task) instead of chaining to its input."""
+        self._t.chaining = "head"
+        return self
+
+    def disable_chaining(self) -> "DataStream":
+        """This operator runs in a stage of its own: nothing chains to it and it chains to nothing."""
+        self._t.chaining = "never"
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group) -> "DataStream":
+        """Accepted: Spark places tasks; there are no slots to share."""
+        return self
+
+    def set_description(self, description: str) -> "DataStream":
+        self._t.description = description
+        return self
+
+    # partitioning: how records reach the next operator ------------------------------------
+    def _partition(self, strategy: str, partitioner=None, key_selector=None) -> "DataStream":
+        return DataStream(self._env, self._add(OperatorKind.PARTITION, strategy.capitalize(), output_type=self._t.output_type,
+                                               spec=Partitioning(strategy, partitioner, key_selector)))
+
+    def rebalance(self) -> "DataStream":
+        """Round robin over the next operator's subtasks."""
+        return self._partition("rebalance")
+
+    def rescale(self) -> "DataStream":
+        """Round robin, as ``rebalance`` (Spark has no task locality for a local round robin to keep)."""
+        return self._partition("rescale")
+
+    def shuffle(self) -> "DataStream":
+        """Each record to a uniformly random subtask of the next operator."""
+        return self._partition("shuffle")
+
+    def forward(self) -> "DataStream":
+        """The next operator runs in the same task (same parallelism required, as in Flink)."""
+        return self._partition("forward")
+
+    def partition_custom(self, partitioner: Union[Callable, Partitioner],
+                         key_selector: Union[Callable, KeySelector]) -> "DataStream":
+        """Subtask = ``partitioner.partition(key_selector(record), number of subtasks)``."""
+        part = _as_callable(partitioner, "partition", Partitioner)
+        selector = _as_callable(key_selector, "get_key", KeySelector)
+        return self._partition("custom", part, selector)
+
+    def project(self, *field_indexes: int) -> "DataStream":
+        """A stream of the given fields of each tuple/Row record."""
+        fields = list(field_indexes)
+        return self.map(lambda value: Row(*[value[i] for i in fields]) if isinstance(value, Row)
+                        else tuple(value[i] for i in fields))
+
     def _add(self, kind: str, name: str, function=None, output_type=None, inputs=None, key_selector=None,
              spec=None) -> Transformation:
         return self._env._add_transformation(kind, name, inputs or [self._t], function=function,
@@ -239,11 +321,11 @@ class DataStream:
 
     def broadcast(self, broadcast_state_descriptor: MapStateDescriptor | None = None,
                   *more_descriptors: MapStateDescriptor) -> "BroadcastStream":
-        """A ``BroadcastStream`` whose records reach every subtask of the operator it is connected to,
-        which keeps the given broadcast state(s)."""
+        """Without a descriptor: a stream whose records reach every subtask of the next operator.
+        With descriptor(s): a ``BroadcastStream`` whose records reach every subtask of the operator it
+        is connected to, which keeps the given broadcast state(s)."""
         if broadcast_state_descriptor is None:
-            raise NotImplementedError("broadcast() without a MapStateDescriptor (broadcast partitioning) is not "
-                                      "supported; pass the broadcast state descriptor(s) and connect the result")
+            return self._partition("broadcast")  # every record to every subtask of the next operator
         return BroadcastStream(self, [broadcast_state_descriptor, *more_descriptors])
 
     def connect(self, ds: Union["DataStream", "BroadcastStream"]
@@ -270,16 +352,28 @@ class DataStream:
         return self.sink_to(PrintSink(sink_identifier))
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
-        """Run the (bounded) job and return its results: a list with ``limit``, else a closeable iterator."""
+        """Run the job and return its results: with ``limit`` a list of the first ``limit`` records,
+        returned as soon as they arrive (the job is then cancelled, so an unbounded job works too);
+        without, a closeable iterator over all results of a bounded job."""
+        import time
+
         from keyspan.connectors.driver_sinks import CollectSink, CloseableIterator
 
         sink = CollectSink()
         self.sink_to(sink)
-        self._env._execute_fresh(job_execution_name or "collect")
-        results = sink.results()
-        if limit is not None:
-            return results[:limit]
-        return CloseableIterator(results)
+        name = job_execution_name or "collect"
+        if limit is None:
+            self._env._execute_fresh(name)
+            return CloseableIterator(sink.results())
+        client = self._env._start_async(name, fresh=True)
+        finished = client.get_job_execution_result()
+        while not finished.done():
+            if len(sink.results()) >= limit:
+                client.cancel()
+                break
+            time.sleep(0.05)
+        finished.result()  # the run's end (after a cancel: the epoch in flight commits first)
+        return sink.results()[:limit]
 
 
 class KeyedStream(DataStream):
@@ -358,6 +452,36 @@ class KeyedStream(DataStream):
 
     def broadcast(self, *args, **kwargs):
         raise Exception("Cannot override partitioning for KeyedStream.")
+
+    def _partition(self, strategy, partitioner=None, key_selector=None):
+        raise Exception("Cannot override partitioning for KeyedStream.")
+
+    def project(self, *field_indexes):
+        return self._values().project(*field_indexes)
+
+    def get_name(self):
+        raise Exception("Get name of KeyedStream is not supported.")
+
+    def set_uid_hash(self, uid_hash):
+        raise Exception("Set uid hash for KeyedStream is not supported.")
+
+    def set_max_parallelism(self, max_parallelism):
+        raise Exception("Set max parallelism for KeyedStream is not supported.")
+
+    def force_non_parallel(self):
+        raise Exception("Set force non-parallel for KeyedStream is not supported.")
+
+    def set_buffer_timeout(self, timeout_millis):
+        raise Exception("Set buffer timeout for KeyedStream is not supported.")
+
+    def start_new_chain(self):
+        raise Exception("Start new chain for KeyedStream is not supported.")
+
+    def disable_chaining(self):
+        raise Exception("Disable chaining for KeyedStream is not supported.")
+
+    def slot_sharing_group(self, slot_sharing_group):
+        raise Exception("Setting slot sharing group for KeyedStream is not supported.")
 
     def name(self, name):
         raise Exception("Set name for KeyedStream is not supported.")
@@ -509,4 +633,21 @@ class DataStreamSink:
 
     def set_parallelism(self, parallelism: int) -> "DataStreamSink":
         self._t.parallelism = parallelism
+        return self
+
+    def set_uid_hash(self, uid_hash: str) -> "DataStreamSink":
+        if not self._t.uid:
+            self._t.uid = uid_hash
+        return self
+
+    def set_description(self, description: str) -> "DataStreamSink":
+        self._t.description = description
+        return self
+
+    def disable_chaining(self) -> "DataStreamSink":
+        self._t.chaining = "never"
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group) -> "DataStreamSink":
+        """Accepted: Spark places tasks; there are no slots to share."""
         return self

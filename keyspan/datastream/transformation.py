@@ -41,6 +41,15 @@ def user_function(fn):
     return fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else fn
 
 
+@dataclass
+class Partitioning:
+    """How a ``PARTITION`` node's records reach its consumer (DataStream.rebalance(), shuffle(), ...)."""
+
+    strategy: str  # rebalance | rescale | shuffle | forward | broadcast | custom
+    partitioner: Any = None  # custom: partition(key, num_partitions) -> int
+    key_selector: Any = None  # custom: the key handed to the partitioner
+
+
 @dataclass(eq=False)
 class Transformation:
     """One operator of the job: its kind, user function, inputs and identity."""
@@ -56,6 +65,8 @@ class Transformation:
     parallelism: int | None = None
     uid: str | None = None
     spec: Any = None  # a source or sink spec
+    chaining: str = "always"  # "head": start_new_chain(), "never": disable_chaining()
+    description: str | None = None
 
     def __repr__(self):
         return f"<{self.kind} '{self.name}' #{self.id}>"
@@ -88,3 +99,39 @@ def assign_uids(transformations: list[Transformation]) -> dict[int, tuple[str, b
         seen[uid] = t.id
         result[t.id] = (uid, True)
     return result
+
+
+def execution_plan(transformations: list[Transformation], default_parallelism: int) -> str:
+    """The job graph as JSON in the shape of Flink's ``getExecutionPlan()``: virtual nodes
+    (unions, side outputs, partitionings) become the ship strategy of the edges through them."""
+    import json
+
+    def edges(t: Transformation, strategy: str | None = None, side: str | None = None):
+        for i in t.inputs:
+            if i.kind == OperatorKind.PARTITION:
+                yield from edges(i, i.spec.strategy.upper(), side)
+            elif i.kind in VIRTUAL_KINDS:
+                yield from edges(i, strategy, i.spec.tag_id if i.kind == OperatorKind.SIDE_OUTPUT else side)
+            else:
+                yield i, strategy, side
+
+    nodes = []
+    for t in sorted(transformations, key=lambda t: t.id):
+        if t.kind in VIRTUAL_KINDS:
+            continue
+        node = {"id": t.id, "type": t.name, "pact": {"source": "Data Source", "sink": "Data Sink"}.get(t.kind, "Operator"),
+                "contents": t.name, "parallelism": t.parallelism or default_parallelism}
+        if t.uid:
+            node["uid"] = t.uid
+        preds = []
+        for i, strategy, side in edges(t):
+            hash_ = t.kind in KEYED_KINDS and not (t.kind in BROADCAST_KINDS and i is t.inputs[-1])
+            pred = {"id": i.id, "ship_strategy": "HASH" if hash_ else (strategy or "FORWARD"),
+                    "side": "second"}  # what Flink's JSON generator writes for every edge
+            if side:
+                pred["side_output"] = side
+            preds.append(pred)
+        if preds:
+            node["predecessors"] = preds
+        nodes.append(node)
+    return json.dumps({"nodes": nodes}, indent=2)

@@ -28,7 +28,7 @@ from keyspan.runtime.worker.contexts import (
     OnTimerContext,
     TaskRuntimeContext,
 )
-from keyspan.runtime.worker.exits import BroadcastExit, KeyedExit, RebalanceExit, frozen
+from keyspan.runtime.worker.exits import BroadcastExit, CustomExit, KeyedExit, RebalanceExit, ShuffleExit, frozen
 
 
 def emitting(op, subtask: int, call, emit, describe=None):
@@ -115,6 +115,11 @@ class OperatorChain:
             ex = RebalanceExit(spec, self.subtask, self.ts_cell)
         elif spec.kind == ExitKind.BROADCAST:
             ex = BroadcastExit(spec, self.ts_cell)
+        elif spec.kind == ExitKind.SHUFFLE:
+            ex = ShuffleExit(spec, self.ts_cell)
+        elif spec.kind == ExitKind.CUSTOM:
+            op = next(o for o in self.plan.ops if ("exit", exit_id) in [(k, r) for k, r, _ in o.outputs])
+            ex = CustomExit(spec, self.ts_cell, f"operator '{op.name}' (uid '{op.uid}'), subtask {self.subtask}")
         else:
             raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
         self.exits[exit_id] = ex

@@ -4,6 +4,8 @@ subtask. The input side tells a two-input consumer which of its inputs the chunk
 
 from __future__ import annotations
 
+import random
+
 from keyspan.io import serde
 from keyspan.runtime.protocol import BROADCAST_CHUNK
 from keyspan.state.keygroups import assign_to_key_group
@@ -82,6 +84,48 @@ class RebalanceExit(Exit):
                for i in range(min(n, len(records)))]
         self.next = (self.next + len(records)) % n
         return out
+
+
+class ShuffleExit(Exit):
+    """Each record to a uniformly random consumer subtask (``DataStream.shuffle()``)."""
+
+    def __init__(self, spec, cell):
+        super().__init__(spec, cell)
+        self.random = random.Random()
+
+    def route(self, records, stamps):
+        n = self.parallelism
+        picks = [self.random.randrange(n) for _ in records]
+        out = []
+        for sub in range(n):
+            idx = [i for i, p in enumerate(picks) if p == sub]
+            if idx:
+                out.append((sub, serde.dumps((None, None, [records[i] for i in idx],
+                                              [stamps[i] for i in idx] if stamps else None, self.side))))
+        return out
+
+
+class CustomExit(Exit):
+    """``partition_custom``: the user's partitioner picks each record's subtask from its key."""
+
+    def __init__(self, spec, cell, describe):
+        super().__init__(spec, cell)
+        self.partitioner = spec.partitioner
+        self.selector = spec.key_selector
+        self.describe = describe  # how errors name the operator
+
+    def route(self, records, stamps):
+        n = self.parallelism
+        parts: dict[int, list[int]] = {}
+        for i, record in enumerate(records):
+            sub = self.partitioner(self.selector(record), n)
+            if isinstance(sub, bool) or not isinstance(sub, int) or not 0 <= sub < n:
+                raise ValueError(f"{self.describe}: partition_custom's partitioner returned {sub!r} for record "
+                                 f"{record!r}; it must return a subtask index in [0, {n})")
+            parts.setdefault(sub, []).append(i)
+        return [(sub, serde.dumps((None, None, [records[i] for i in idx], [stamps[i] for i in idx] if stamps else None,
+                                   self.side)))
+                for sub, idx in sorted(parts.items())]
 
 
 class KeyedExit:
