@@ -183,6 +183,9 @@ class _Collect:
         return Sink()
 
 
+RECORDS = 360  # 12 epochs of 30 orders
+
+
 def _lines(out: Path) -> list[str]:
     return sorted(line for p in out.iterdir() if p.is_file() for line in p.read_text().splitlines())
 
@@ -191,21 +194,22 @@ def _env(parallelism: int) -> StreamExecutionEnvironment:
     return StreamExecutionEnvironment.get_execution_environment().set_parallelism(parallelism)
 
 
+@pytest.mark.timeout(1500)
 def test_connected_keyed_state_survives_savepoint_restored_at_other_parallelisms(workdir):
     reference_out = workdir / "reference"
     env = _env(2)
-    connected_job.build(env, str(reference_out))
+    connected_job.build(env, str(reference_out), records=RECORDS)
     env.execute("reference")
     reference = _lines(reference_out)
     totals = [json.loads(line) for line in reference if '"total"' in line]
-    assert len(totals) == 12 and sum(t[2] for t in totals) == 600 and sum(t[3] for t in totals) == 300
+    assert len(totals) == 12 and sum(t[2] for t in totals) == RECORDS and sum(t[3] for t in totals) == RECORDS // 2
 
     out = workdir / "out"
     path = None
     for parallelism in (2, 3):
         use_options(savepoint_path=path)
         env = _env(parallelism)
-        connected_job.build(env, str(out))
+        connected_job.build(env, str(out), records=RECORDS)
         job = BackgroundJob(env, "connected")
         wait_for_checkpoints("connected", 3, job=job)
         path = stop_with_savepoint("connected")
@@ -213,7 +217,7 @@ def test_connected_keyed_state_survives_savepoint_restored_at_other_parallelisms
         assert _lines(out) != reference  # stopped before the end
     use_options(savepoint_path=path)
     env = _env(1)
-    connected_job.build(env, str(out))
+    connected_job.build(env, str(out), records=RECORDS)
     env.execute("connected")
     assert _lines(out) == reference
 
@@ -225,13 +229,14 @@ def _run_connected(workdir: Path, output: Path, extra=()):
                             start_new_session=True)
 
 
+@pytest.mark.timeout(1500)
 def test_sigkill_of_a_connected_job_gives_the_clean_run_output(tmp_path):
     clean_out = tmp_path / "clean-out"
     clean = _run_connected(tmp_path / "clean", clean_out, ["--fresh"])
     _, err = clean.communicate(timeout=300)
     assert clean.returncode == 0, err[-3000:]
     reference = _output(clean_out)
-    assert len(reference) >= 8
+    assert len(reference) >= 6
 
     seed = int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)

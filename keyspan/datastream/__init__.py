@@ -122,3 +122,14 @@ __all__ = [
     "MemorySize", "MemoryStateBackend", "PredefinedOptions", "RocksDBStateBackend", "RuntimeExecutionMode",
     "SlotSharingGroup", "StateBackend",
 ]
+
+from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+_ASYNC = ("use a map or process function that calls the service synchronously (or batches calls in "
+          "a CheckpointedFunction) instead")
+__getattr__ = _module_getattr("keyspan.datastream", {
+    "AsyncDataStream": _ASYNC, "AsyncFunction": _ASYNC, "AsyncRetryPredicate": _ASYNC, "AsyncRetryStrategy": _ASYNC,
+    "SourceFunction": "a SourceFunction runs in the JVM; use env.from_source(...) with a keyspan source, "
+                      "env.from_collection(...) or env.from_spark(spark.readStream...) instead",
+    "CachedDataStream": "cache() is a batch-mode Java feature; write the stream with FileSink and read it back instead",
+})

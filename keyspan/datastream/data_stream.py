@@ -306,6 +306,10 @@ class DataStream:
 
         return count_window_all(self, size, slide)
 
+    def cache(self):
+        raise NotImplementedError("not supported by keyspan: DataStream.cache() (a batch-mode Java feature); "
+                                  "write the stream with FileSink and read it back with FileSource instead")
+
     def get_side_output(self, output_tag) -> "DataStream":
         """The records this operator emitted with ``yield output_tag, value``."""
         from keyspan.datastream.output_tag import OutputTag
@@ -651,3 +655,21 @@ class DataStreamSink:
     def slot_sharing_group(self, slot_sharing_group) -> "DataStreamSink":
         """Accepted: Spark places tasks; there are no slots to share."""
         return self
+
+
+def __getattr__(name: str):
+    """PyFlink's data_stream module also holds the windowed streams and CloseableIterator."""
+    if name in ("WindowedStream", "AllWindowedStream"):
+        from keyspan.datastream import window_operator
+
+        return getattr(window_operator, name)
+    if name == "CloseableIterator":
+        from keyspan.connectors.driver_sinks import CloseableIterator
+
+        return CloseableIterator
+    if name == "CachedDataStream":
+        from keyspan.common.unsupported import NotSupportedError
+
+        raise NotSupportedError("not supported by keyspan: CachedDataStream (DataStream.cache()); write the stream "
+                                "with FileSink and read it back with FileSource instead")
+    raise AttributeError(f"module 'keyspan.datastream.data_stream' has no attribute {name!r}")

@@ -431,3 +431,13 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
 
     def clear(self, context: "ProcessAllWindowFunction.Context") -> None:
         """Called when the window is cleaned up."""
+
+
+from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("keyspan.datastream.functions", {
+    "AsyncFunction": "use a map or process function that calls the service synchronously instead",
+    "SourceFunction": "use env.from_source(...) with a keyspan source, env.from_collection(...) or "
+                      "env.from_spark(spark.readStream...) instead",
+    "JavaFunctionWrapper": "Java functions cannot run in keyspan; write the function in Python instead",
+})

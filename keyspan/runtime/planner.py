@@ -240,11 +240,11 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def chained(t: Transformation) -> bool:
         ins = physical_inputs(t)
+        if len(t.inputs) == 1 and t.inputs[0].kind == OperatorKind.PARTITION and not forwarded(t):
+            return False  # rebalance(), shuffle(), broadcast(), partition_custom(): an exchange
         if (keyed(t) or len(ins) != 1 or len(t.inputs) != 1 or t.inputs[0].kind == OperatorKind.UNION
                 or parallelism(t) != parallelism(ins[0])):
             return False
-        if t.inputs[0].kind == OperatorKind.PARTITION and not forwarded(t):
-            return False  # rebalance(), shuffle(), broadcast(), partition_custom(): an exchange
         if not chaining or t.chaining != "always" or ins[0].chaining == "never":
             return False
         # a source stage runs as many tasks as the epoch's input has partitions: an operator with

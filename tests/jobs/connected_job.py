@@ -55,5 +55,5 @@ def build(env, output: str, records: int = 600, accounts: int = 12, per_epoch: i
 if __name__ == "__main__":
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(os.environ.get("CONNECTED_JOB_PARALLELISM", "2")))
-    build(env, os.environ["CONNECTED_JOB_OUTPUT"])
+    build(env, os.environ["CONNECTED_JOB_OUTPUT"], records=int(os.environ.get("CONNECTED_JOB_RECORDS", "240")))
     env.execute("connected")
