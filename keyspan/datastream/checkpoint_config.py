@@ -26,6 +26,7 @@ class CheckpointConfig:
         self.timeout_ms = 10 * 60 * 1000
         self.retention = ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
         self.unaligned = False
+        self.force_unaligned = False
 
     def is_checkpointing_enabled(self) -> bool:
         return self.enabled
@@ -113,6 +114,37 @@ class CheckpointConfig:
 
     def is_unaligned_checkpoints_enabled(self) -> bool:
         return self.unaligned
+
+    def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> "CheckpointConfig":
+        """Accepted, as ``enable_unaligned_checkpoints``."""
+        self.force_unaligned = bool(force_unaligned_checkpoints)
+        return self
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self.force_unaligned
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout) -> "CheckpointConfig":
+        """Accepted: there is no barrier alignment to time out."""
+        return self
+
+    def get_aligned_checkpoint_timeout(self):
+        from keyspan.common.time import Duration
+
+        return Duration.of_millis(0)
+
+    set_alignment_timeout = set_aligned_checkpoint_timeout
+    get_alignment_timeout = get_aligned_checkpoint_timeout
+
+    def set_fail_on_checkpointing_errors(self, fail_on_checkpointing_errors: bool) -> "CheckpointConfig":
+        """Flink 1.x's switch: True fails the job on the first failed checkpoint (tolerable failures 0)."""
+        if fail_on_checkpointing_errors:
+            self.tolerable_failures = 0
+        elif self.tolerable_failures == 0:
+            self.tolerable_failures = 2**31 - 1
+        return self
+
+    def is_fail_on_checkpointing_errors(self) -> bool:
+        return self.tolerable_failures == 0
 
     def get_checkpoint_storage_dir(self) -> str | None:
         return self.storage_uri

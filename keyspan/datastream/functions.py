@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Generic, TypeVar
 
+from keyspan.datastream.timerservice import TimerService  # noqa: F401 — PyFlink's functions module has it too
+
 
 class Function(ABC):
     def open(self, runtime_context: "RuntimeContext") -> None:

@@ -42,6 +42,7 @@ class StreamExecutionEnvironment:
         self._dependencies = PythonDependencies()
         self._buffer_timeout = 100
         self._chaining = True
+        self._default_savepoint_dir: str | None = None
 
     @staticmethod
     def get_execution_environment(configuration=None) -> "StreamExecutionEnvironment":
@@ -84,6 +85,35 @@ class StreamExecutionEnvironment:
 
     def get_checkpoint_config(self) -> CheckpointConfig:
         return self._checkpoint_config
+
+    def get_checkpointing_mode(self):
+        return self._checkpoint_config.get_checkpointing_mode()
+
+    get_checkpointing_consistency_mode = get_checkpointing_mode
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._checkpoint_config.is_unaligned_checkpoints_enabled()
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self._checkpoint_config.is_force_unaligned_checkpoints()
+
+    def set_default_savepoint_directory(self, directory: str) -> "StreamExecutionEnvironment":
+        """Where savepoints go when no target is given (else KEYSPAN_SAVEPOINT_DIR or the workdir)."""
+        self._default_savepoint_dir = directory
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._default_savepoint_dir
+
+    def set_default_local_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        """keyspan has one parallelism setting: this sets it (Spark's local mode runs it)."""
+        return self.set_parallelism(parallelism)
+
+    def get_default_local_parallelism(self) -> int:
+        return self._parallelism
+
+    def is_chaining_of_operators_with_different_max_parallelism_enabled(self) -> bool:
+        return True  # every operator is keyed with the job's max parallelism
 
     def get_config(self) -> ExecutionConfig:
         return self._config

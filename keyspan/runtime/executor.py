@@ -294,7 +294,8 @@ class JobRunner:
             checkpoint = self.committed
             if checkpoint is None:
                 raise JobExecutionError(f"job '{self.job_id}' has no committed checkpoint yet")
-            target = target or default_target(self.options.savepoint_root(), self.job_id, checkpoint["epoch"])
+            root = self.env.get_default_savepoint_directory() or self.options.savepoint_root()
+            target = target or default_target(root, self.job_id, checkpoint["epoch"])
             path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name,
                                    job_file_bytes=self.job_bytes,
                                    extra={"restored_from": self.run_info.get("restored_from")})
