@@ -1,12 +1,25 @@
 """PyFlink-compatible DataStream API: ``from keyspan.datastream import ...`` replaces ``pyflink.datastream``."""
 
 from keyspan.datastream.checkpoint_config import CheckpointConfig, CheckpointingMode
+from keyspan.datastream.checkpoint_storage import (
+    CheckpointStorage,
+    CustomCheckpointStorage,
+    FileSystemCheckpointStorage,
+    JobManagerCheckpointStorage,
+)
+from keyspan.datastream.execution_mode import RuntimeExecutionMode
+from keyspan.datastream.externalized_checkpoint_retention import (
+    ExternalizedCheckpointCleanup,
+    ExternalizedCheckpointRetention,
+)
+from keyspan.datastream.slot_sharing_group import MemorySize, SlotSharingGroup
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.timerservice import TimerService
 from keyspan.datastream.data_stream import (
     BroadcastConnectedStream,
     BroadcastStream,
+    ConnectedStreams,
     DataStream,
     DataStreamSink,
     KeyedStream,
@@ -15,14 +28,19 @@ from keyspan.datastream.functions import (
     AggregateFunction,
     BroadcastProcessFunction,
     CheckpointedFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
     KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    Partitioner,
     ProcessFunction,
     ReduceFunction,
     RuntimeContext,
@@ -66,13 +84,23 @@ from keyspan.datastream.window import (
     WindowAssigner,
 )
 from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream
-from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+from keyspan.datastream.state_backend import (
+    CustomStateBackend,
+    EmbeddedRocksDBStateBackend,
+    FsStateBackend,
+    HashMapStateBackend,
+    MemoryStateBackend,
+    PredefinedOptions,
+    RocksDBStateBackend,
+    StateBackend,
+)
 from keyspan.datastream.stream_execution_environment import JobExecutionResult, StreamExecutionEnvironment
 from keyspan.state.api import OperatorStateStore
 
 __all__ = [
     "AggregateFunction", "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastStream",
-    "CheckpointConfig", "CheckpointedFunction", "CheckpointingMode", "DataStream", "DataStreamSink",
+    "CheckpointConfig", "CheckpointedFunction", "CheckpointingMode", "CoFlatMapFunction", "CoMapFunction",
+    "CoProcessFunction", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedCoProcessFunction", "Partitioner",
     "EmbeddedRocksDBStateBackend", "FilterFunction", "FlatMapFunction", "FunctionInitializationContext",
     "FunctionSnapshotContext", "HashMapStateBackend", "JobExecutionResult", "KeySelector",
     "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "KeyedStream", "MapFunction", "OperatorStateStore",
@@ -88,4 +116,20 @@ __all__ = [
     "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "Window",
     "WindowAssigner", "WindowFunction", "WindowedStream", "OutputTag", "TimerService",
     "TimeCharacteristic",
+    # execution, checkpointing and legacy names
+    "CheckpointStorage", "CustomCheckpointStorage", "CustomStateBackend", "ExternalizedCheckpointCleanup",
+    "ExternalizedCheckpointRetention", "FileSystemCheckpointStorage", "FsStateBackend", "JobManagerCheckpointStorage",
+    "MemorySize", "MemoryStateBackend", "PredefinedOptions", "RocksDBStateBackend", "RuntimeExecutionMode",
+    "SlotSharingGroup", "StateBackend",
 ]
+
+from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+_ASYNC = ("use a map or process function that calls the service synchronously (or batches calls in "
+          "a CheckpointedFunction) instead")
+__getattr__ = _module_getattr("keyspan.datastream", {
+    "AsyncDataStream": _ASYNC, "AsyncFunction": _ASYNC, "AsyncRetryPredicate": _ASYNC, "AsyncRetryStrategy": _ASYNC,
+    "SourceFunction": "a SourceFunction runs in the JVM; use env.from_source(...) with a keyspan source, "
+                      "env.from_collection(...) or env.from_spark(spark.readStream...) instead",
+    "CachedDataStream": "cache() is a batch-mode Java feature; write the stream with FileSink and read it back instead",
+})

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 
-class CheckpointingMode:
-    EXACTLY_ONCE = "EXACTLY_ONCE"
-    AT_LEAST_ONCE = "AT_LEAST_ONCE"
+from keyspan.datastream.checkpointing_mode import CheckpointingMode
+from keyspan.datastream.externalized_checkpoint_retention import (
+    ExternalizedCheckpointCleanup,
+    ExternalizedCheckpointRetention,
+)
+
+__all__ = ["CheckpointConfig", "CheckpointingMode", "ExternalizedCheckpointCleanup", "ExternalizedCheckpointRetention"]
 
 
 class CheckpointConfig:
@@ -18,6 +22,11 @@ class CheckpointConfig:
         self.num_retained = 3
         self.tolerable_failures = 0
         self.max_delta_chain = 32
+        self.min_pause_ms = 0
+        self.timeout_ms = 10 * 60 * 1000
+        self.retention = ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+        self.unaligned = False
+        self.force_unaligned = False
 
     def is_checkpointing_enabled(self) -> bool:
         return self.enabled
@@ -35,13 +44,107 @@ class CheckpointConfig:
     def get_checkpointing_mode(self):
         return self.mode
 
-    def set_checkpointing_mode(self, mode) -> "CheckpointConfig":
-        self.mode = mode
+    def set_checkpointing_mode(self, checkpointing_mode) -> "CheckpointConfig":
+        """Accepted for either mode: an epoch's checkpoint is an aligned cut, so always exactly once."""
+        self.mode = checkpointing_mode
         return self
 
     def set_checkpoint_storage_dir(self, checkpoint_path: str) -> "CheckpointConfig":
         self.storage_uri = checkpoint_path
         return self
+
+    def set_checkpoint_storage(self, storage) -> "CheckpointConfig":
+        """A ``CheckpointStorage`` (``FileSystemCheckpointStorage(uri)``) or a URI string."""
+        path = storage if isinstance(storage, str) else getattr(storage, "checkpoint_path", None)
+        if path is not None:
+            self.storage_uri = path
+        return self
+
+    def get_checkpoint_storage(self):
+        from keyspan.datastream.checkpoint_storage import FileSystemCheckpointStorage
+
+        return FileSystemCheckpointStorage(self.storage_uri) if self.storage_uri else None
+
+    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> "CheckpointConfig":
+        """The least time between the starts of two epochs, in ms: the epoch trigger interval is
+        raised to it (every epoch is a checkpoint, so pausing checkpoints means pausing epochs)."""
+        if min_pause_between_checkpoints < 0:
+            raise ValueError("min pause between checkpoints must be >= 0 ms")
+        self.min_pause_ms = int(min_pause_between_checkpoints)
+        return self
+
+    def get_min_pause_between_checkpoints(self) -> int:
+        return self.min_pause_ms
+
+    def set_checkpoint_timeout(self, checkpoint_timeout: int) -> "CheckpointConfig":
+        """Recorded; an epoch that cannot write its checkpoint fails and runs again (see
+        ``set_tolerable_checkpoint_failure_number``) rather than timing out."""
+        if checkpoint_timeout < 1:
+            raise ValueError("checkpoint timeout must be >= 1 ms")
+        self.timeout_ms = int(checkpoint_timeout)
+        return self
+
+    def get_checkpoint_timeout(self) -> int:
+        return self.timeout_ms
+
+    def set_externalized_checkpoint_retention(self, retention_mode) -> "CheckpointConfig":
+        """Recorded: keyspan always keeps a cancelled job's checkpoints (see ExternalizedCheckpointRetention)."""
+        self.retention = retention_mode
+        return self
+
+    def enable_externalized_checkpoints(self, cleanup_mode) -> "CheckpointConfig":
+        return self.set_externalized_checkpoint_retention(cleanup_mode)
+
+    def get_externalized_checkpoint_retention(self):
+        return self.retention
+
+    def get_externalized_checkpoint_cleanup(self):
+        return self.retention
+
+    def is_externalized_checkpoints_enabled(self) -> bool:
+        return self.retention != ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> "CheckpointConfig":
+        """Accepted; not needed: an epoch boundary is a cut with no in-flight records to align."""
+        self.unaligned = bool(enabled)
+        return self
+
+    def disable_unaligned_checkpoints(self) -> "CheckpointConfig":
+        return self.enable_unaligned_checkpoints(False)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self.unaligned
+
+    def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> "CheckpointConfig":
+        """Accepted, as ``enable_unaligned_checkpoints``."""
+        self.force_unaligned = bool(force_unaligned_checkpoints)
+        return self
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self.force_unaligned
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout) -> "CheckpointConfig":
+        """Accepted: there is no barrier alignment to time out."""
+        return self
+
+    def get_aligned_checkpoint_timeout(self):
+        from keyspan.common.time import Duration
+
+        return Duration.of_millis(0)
+
+    set_alignment_timeout = set_aligned_checkpoint_timeout
+    get_alignment_timeout = get_aligned_checkpoint_timeout
+
+    def set_fail_on_checkpointing_errors(self, fail_on_checkpointing_errors: bool) -> "CheckpointConfig":
+        """Flink 1.x's switch: True fails the job on the first failed checkpoint (tolerable failures 0)."""
+        if fail_on_checkpointing_errors:
+            self.tolerable_failures = 0
+        elif self.tolerable_failures == 0:
+            self.tolerable_failures = 2**31 - 1
+        return self
+
+    def is_fail_on_checkpointing_errors(self) -> bool:
+        return self.tolerable_failures == 0
 
     def get_checkpoint_storage_dir(self) -> str | None:
         return self.storage_uri

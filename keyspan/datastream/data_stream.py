@@ -7,6 +7,11 @@ from typing import Callable, Union
 from keyspan.common.types import Row
 from keyspan.datastream.functions import (
     BroadcastProcessFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedCoProcessFunction,
+    Partitioner,
     FilterFunction,
     FlatMapFunction,
     KeyedBroadcastProcessFunction,
@@ -19,7 +24,7 @@ from keyspan.datastream.functions import (
     SinkFunction,
 )
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
-from keyspan.datastream.transformation import OperatorKind, Transformation
+from keyspan.datastream.transformation import OperatorKind, Partitioning, Transformation
 
 
 def _as_callable(func, method: str, interface: type):
@@ -171,6 +176,88 @@ class DataStream:
     def get_type(self):
         return self._t.output_type
 
+    def get_execution_config(self):
+        return self._env.get_config()
+
+    def set_uid_hash(self, uid_hash: str) -> "DataStream":
+        """Flink's user-provided operator id; in keyspan the operator's state identity, like ``uid``
+        (an explicit ``uid`` wins)."""
+        if not self._t.uid:
+            self._t.uid = uid_hash
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> "DataStream":
+        """Checked (at least the operator's parallelism, at most the job's); keyspan keys every
+        operator with the job's max parallelism (``env.set_max_parallelism``), which fixes the key groups."""
+        if max_parallelism < 1 or (self._t.parallelism and max_parallelism < self._t.parallelism):
+            raise ValueError(f"operator '{self._t.name}': max parallelism {max_parallelism} is below its "
+                             f"parallelism {self._t.parallelism}")
+        if max_parallelism > self._env.get_max_parallelism():
+            raise ValueError(f"operator '{self._t.name}': max parallelism {max_parallelism} exceeds the job's "
+                             f"({self._env.get_max_parallelism()}); raise it with env.set_max_parallelism")
+        return self
+
+    def force_non_parallel(self) -> "DataStream":
+        """Parallelism 1 for this operator."""
+        self._t.parallelism = 1
+        return self
+
+    def set_buffer_timeout(self, timeout_millis: int) -> "DataStream":
+        """Accepted: records leave a stage in chunks within the epoch; the epoch interval bounds latency."""
+        return self
+
+    def start_new_chain(self) -> "DataStream":
+        """This operator starts a new stage (Spark task) instead of chaining to its input."""
+        self._t.chaining = "head"
+        return self
+
+    def disable_chaining(self) -> "DataStream":
+        """This operator runs in a stage of its own: nothing chains to it and it chains to nothing."""
+        self._t.chaining = "never"
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group) -> "DataStream":
+        """Accepted: Spark places tasks; there are no slots to share."""
+        return self
+
+    def set_description(self, description: str) -> "DataStream":
+        self._t.description = description
+        return self
+
+    # partitioning: how records reach the next operator ------------------------------------
+    def _partition(self, strategy: str, partitioner=None, key_selector=None) -> "DataStream":
+        return DataStream(self._env, self._add(OperatorKind.PARTITION, strategy.capitalize(), output_type=self._t.output_type,
+                                               spec=Partitioning(strategy, partitioner, key_selector)))
+
+    def rebalance(self) -> "DataStream":
+        """Round robin over the next operator's subtasks."""
+        return self._partition("rebalance")
+
+    def rescale(self) -> "DataStream":
+        """Round robin, as ``rebalance`` (Spark has no task locality for a local round robin to keep)."""
+        return self._partition("rescale")
+
+    def shuffle(self) -> "DataStream":
+        """Each record to a uniformly random subtask of the next operator."""
+        return self._partition("shuffle")
+
+    def forward(self) -> "DataStream":
+        """The next operator runs in the same task (same parallelism required, as in Flink)."""
+        return self._partition("forward")
+
+    def partition_custom(self, partitioner: Union[Callable, Partitioner],
+                         key_selector: Union[Callable, KeySelector]) -> "DataStream":
+        """Subtask = ``partitioner.partition(key_selector(record), number of subtasks)``."""
+        part = _as_callable(partitioner, "partition", Partitioner)
+        selector = _as_callable(key_selector, "get_key", KeySelector)
+        return self._partition("custom", part, selector)
+
+    def project(self, *field_indexes: int) -> "DataStream":
+        """A stream of the given fields of each tuple/Row record."""
+        fields = list(field_indexes)
+        return self.map(lambda value: Row(*[value[i] for i in fields]) if isinstance(value, Row)
+                        else tuple(value[i] for i in fields))
+
     def _add(self, kind: str, name: str, function=None, output_type=None, inputs=None, key_selector=None,
              spec=None) -> Transformation:
         return self._env._add_transformation(kind, name, inputs or [self._t], function=function,
@@ -219,6 +306,10 @@ class DataStream:
 
         return count_window_all(self, size, slide)
 
+    def cache(self):
+        raise NotImplementedError("not supported by keyspan: DataStream.cache() (a batch-mode Java feature); "
+                                  "write the stream with FileSink and read it back with FileSource instead")
+
     def get_side_output(self, output_tag) -> "DataStream":
         """The records this operator emitted with ``yield output_tag, value``."""
         from keyspan.datastream.output_tag import OutputTag
@@ -234,19 +325,22 @@ class DataStream:
 
     def broadcast(self, broadcast_state_descriptor: MapStateDescriptor | None = None,
                   *more_descriptors: MapStateDescriptor) -> "BroadcastStream":
-        """A ``BroadcastStream`` whose records reach every subtask of the operator it is connected to,
-        which keeps the given broadcast state(s)."""
+        """Without a descriptor: a stream whose records reach every subtask of the next operator.
+        With descriptor(s): a ``BroadcastStream`` whose records reach every subtask of the operator it
+        is connected to, which keeps the given broadcast state(s)."""
         if broadcast_state_descriptor is None:
-            raise NotImplementedError("broadcast() without a MapStateDescriptor (broadcast partitioning) is not "
-                                      "supported; pass the broadcast state descriptor(s) and connect the result")
+            return self._partition("broadcast")  # every record to every subtask of the next operator
         return BroadcastStream(self, [broadcast_state_descriptor, *more_descriptors])
 
-    def connect(self, ds: "BroadcastStream") -> "BroadcastConnectedStream":
-        """Connect with a ``BroadcastStream``; ``process`` then takes a ``BroadcastProcessFunction``."""
-        if not isinstance(ds, BroadcastStream):
-            raise NotImplementedError("connect() supports a BroadcastStream (stream.broadcast(descriptor)); "
-                                      "connecting two DataStreams (ConnectedStreams) is not supported")
-        return BroadcastConnectedStream(self, ds)
+    def connect(self, ds: Union["DataStream", "BroadcastStream"]
+                ) -> Union["ConnectedStreams", "BroadcastConnectedStream"]:
+        """With a ``DataStream``: ``ConnectedStreams`` for CoMap/CoFlatMap/(Keyed)CoProcess functions.
+        With a ``BroadcastStream``: a ``BroadcastConnectedStream`` for a (Keyed)BroadcastProcessFunction."""
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds)
+        if isinstance(ds, DataStream):
+            return ConnectedStreams(self, ds)
+        raise TypeError(f"connect() needs a DataStream or a BroadcastStream, got {type(ds).__name__}")
 
     def sink_to(self, sink) -> "DataStreamSink":
         return DataStreamSink(self._add(OperatorKind.SINK, sink.name, spec=sink))
@@ -262,16 +356,28 @@ class DataStream:
         return self.sink_to(PrintSink(sink_identifier))
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
-        """Run the (bounded) job and return its results: a list with ``limit``, else a closeable iterator."""
+        """Run the job and return its results: with ``limit`` a list of the first ``limit`` records,
+        returned as soon as they arrive (the job is then cancelled, so an unbounded job works too);
+        without, a closeable iterator over all results of a bounded job."""
+        import time
+
         from keyspan.connectors.driver_sinks import CollectSink, CloseableIterator
 
         sink = CollectSink()
         self.sink_to(sink)
-        self._env._execute_fresh(job_execution_name or "collect")
-        results = sink.results()
-        if limit is not None:
-            return results[:limit]
-        return CloseableIterator(results)
+        name = job_execution_name or "collect"
+        if limit is None:
+            self._env._execute_fresh(name)
+            return CloseableIterator(sink.results())
+        client = self._env._start_async(name, fresh=True)
+        finished = client.get_job_execution_result()
+        while not finished.done():
+            if len(sink.results()) >= limit:
+                client.cancel()
+                break
+            time.sleep(0.05)
+        finished.result()  # the run's end (after a cancel: the epoch in flight commits first)
+        return sink.results()[:limit]
 
 
 class KeyedStream(DataStream):
@@ -351,12 +457,35 @@ class KeyedStream(DataStream):
     def broadcast(self, *args, **kwargs):
         raise Exception("Cannot override partitioning for KeyedStream.")
 
-    def connect(self, ds: "BroadcastStream") -> "BroadcastConnectedStream":
-        """Connect with a ``BroadcastStream``; ``process`` then takes a ``KeyedBroadcastProcessFunction``."""
-        if not isinstance(ds, BroadcastStream):
-            raise NotImplementedError("connect() supports a BroadcastStream (stream.broadcast(descriptor)); "
-                                      "connecting two DataStreams (ConnectedStreams) is not supported")
-        return BroadcastConnectedStream(self, ds)
+    def _partition(self, strategy, partitioner=None, key_selector=None):
+        raise Exception("Cannot override partitioning for KeyedStream.")
+
+    def project(self, *field_indexes):
+        return self._values().project(*field_indexes)
+
+    def get_name(self):
+        raise Exception("Get name of KeyedStream is not supported.")
+
+    def set_uid_hash(self, uid_hash):
+        raise Exception("Set uid hash for KeyedStream is not supported.")
+
+    def set_max_parallelism(self, max_parallelism):
+        raise Exception("Set max parallelism for KeyedStream is not supported.")
+
+    def force_non_parallel(self):
+        raise Exception("Set force non-parallel for KeyedStream is not supported.")
+
+    def set_buffer_timeout(self, timeout_millis):
+        raise Exception("Set buffer timeout for KeyedStream is not supported.")
+
+    def start_new_chain(self):
+        raise Exception("Start new chain for KeyedStream is not supported.")
+
+    def disable_chaining(self):
+        raise Exception("Disable chaining for KeyedStream is not supported.")
+
+    def slot_sharing_group(self, slot_sharing_group):
+        raise Exception("Setting slot sharing group for KeyedStream is not supported.")
 
     def name(self, name):
         raise Exception("Set name for KeyedStream is not supported.")
@@ -413,6 +542,87 @@ class BroadcastConnectedStream:
         return DataStream(data._env, t)
 
 
+def _one_or_none(result):
+    return None if result is None else (result,)  # PyFlink's co-map drops a None result
+
+
+class _CoFunctionAdapter(KeyedCoProcessFunction):
+    """Runs a CoMap/CoFlatMap function as a two-input process function, as PyFlink does (on keyed
+    and non-keyed connected streams alike: the runtime calls ``process_element1/2``)."""
+
+    def __init__(self, func, flat: bool):
+        self._func = func
+        if flat:
+            self._one, self._two = func.flat_map1, func.flat_map2
+        else:
+            self._one, self._two = (lambda v: _one_or_none(func.map1(v))), (lambda v: _one_or_none(func.map2(v)))
+
+    def open(self, runtime_context: RuntimeContext):
+        self._func.open(runtime_context)
+
+    def close(self):
+        self._func.close()
+
+    def wrapped_user_function(self):
+        return self._func
+
+    def process_element1(self, value, ctx):
+        return self._one(value)
+
+    def process_element2(self, value, ctx):
+        return self._two(value)
+
+
+class ConnectedStreams:
+    """Two streams of possibly different types processed by one operator: the function's ``*1``
+    method sees the first stream's records, ``*2`` the second's. Keyed (``key_by(sel1, sel2)``), both
+    inputs go to the same key groups, so a key's state and timers are shared by both sides."""
+
+    def __init__(self, stream1: DataStream, stream2: DataStream):
+        self.stream1 = stream1
+        self.stream2 = stream2
+
+    def key_by(self, key_selector1: Union[Callable, KeySelector], key_selector2: Union[Callable, KeySelector],
+               key_type=None) -> "ConnectedStreams":
+        ds1 = self.stream1._origin if isinstance(self.stream1, KeyedStream) else self.stream1
+        ds2 = self.stream2._origin if isinstance(self.stream2, KeyedStream) else self.stream2
+        return ConnectedStreams(ds1.key_by(key_selector1, key_type), ds2.key_by(key_selector2, key_type))
+
+    def map(self, func: CoMapFunction, output_type=None) -> DataStream:
+        if not isinstance(func, CoMapFunction):
+            raise TypeError("The input function must be a CoMapFunction!")
+        return self._process(_CoFunctionAdapter(func, flat=False), output_type, "Co-Map")
+
+    def flat_map(self, func: CoFlatMapFunction, output_type=None) -> DataStream:
+        if not isinstance(func, CoFlatMapFunction):
+            raise TypeError("The input must be a CoFlatMapFunction!")
+        return self._process(_CoFunctionAdapter(func, flat=True), output_type, "Co-Flat Map")
+
+    def process(self, func: Union[CoProcessFunction, KeyedCoProcessFunction], output_type=None) -> DataStream:
+        if not isinstance(func, (CoProcessFunction, KeyedCoProcessFunction)):
+            raise TypeError("The input must be a CoProcessFunction or KeyedCoProcessFunction!")
+        if isinstance(func, KeyedCoProcessFunction) and not self._is_keyed_stream():
+            raise TypeError("a KeyedCoProcessFunction needs keyed connected streams: "
+                            "ds1.connect(ds2).key_by(key_selector1, key_selector2).process(...)")
+        return self._process(func, output_type, "Keyed Co-Process" if self._is_keyed_stream() else "Co-Process")
+
+    def _process(self, func, output_type, name: str) -> DataStream:
+        one, two = self.stream1, self.stream2
+        if isinstance(one, KeyedStream) != isinstance(two, KeyedStream):
+            raise ValueError("connect a keyed stream with a keyed stream (or neither): use "
+                             "connected.key_by(key_selector1, key_selector2)")
+        if self._is_keyed_stream():
+            t = one._add(OperatorKind.KEYED_CO_PROCESS, name, func, output_type, inputs=[one._t, two._t],
+                         key_selector=one._key_selector)
+            t.key_selector2 = two._key_selector
+        else:
+            t = one._add(OperatorKind.CO_PROCESS, name, func, output_type, inputs=[one._t, two._t])
+        return DataStream(one._env, t)
+
+    def _is_keyed_stream(self) -> bool:
+        return isinstance(self.stream1, KeyedStream) and isinstance(self.stream2, KeyedStream)
+
+
 class DataStreamSink:
     def __init__(self, transformation: Transformation):
         self._t = transformation
@@ -428,3 +638,38 @@ class DataStreamSink:
     def set_parallelism(self, parallelism: int) -> "DataStreamSink":
         self._t.parallelism = parallelism
         return self
+
+    def set_uid_hash(self, uid_hash: str) -> "DataStreamSink":
+        if not self._t.uid:
+            self._t.uid = uid_hash
+        return self
+
+    def set_description(self, description: str) -> "DataStreamSink":
+        self._t.description = description
+        return self
+
+    def disable_chaining(self) -> "DataStreamSink":
+        self._t.chaining = "never"
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group) -> "DataStreamSink":
+        """Accepted: Spark places tasks; there are no slots to share."""
+        return self
+
+
+def __getattr__(name: str):
+    """PyFlink's data_stream module also holds the windowed streams and CloseableIterator."""
+    if name in ("WindowedStream", "AllWindowedStream"):
+        from keyspan.datastream import window_operator
+
+        return getattr(window_operator, name)
+    if name == "CloseableIterator":
+        from keyspan.connectors.driver_sinks import CloseableIterator
+
+        return CloseableIterator
+    if name == "CachedDataStream":
+        from keyspan.common.unsupported import NotSupportedError
+
+        raise NotSupportedError("not supported by keyspan: CachedDataStream (DataStream.cache()); write the stream "
+                                "with FileSink and read it back with FileSource instead")
+    raise AttributeError(f"module 'keyspan.datastream.data_stream' has no attribute {name!r}")

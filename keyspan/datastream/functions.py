@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Generic, TypeVar
 
+from keyspan.datastream.timerservice import TimerService  # noqa: F401 — PyFlink's functions module has it too
+
 
 class Function(ABC):
     def open(self, runtime_context: "RuntimeContext") -> None:
@@ -137,6 +139,78 @@ class KeyedProcessFunction(Function):
     def process_element(self, value, ctx: "KeyedProcessFunction.Context"): ...
 
     def on_timer(self, timestamp: int, ctx: "KeyedProcessFunction.OnTimerContext"):
+        pass
+
+
+class Partitioner(Function):
+    """Picks the consumer subtask of a key (``DataStream.partition_custom``)."""
+
+    @abstractmethod
+    def partition(self, key, num_partitions: int) -> int: ...
+
+
+# --- two inputs: DataStream.connect(DataStream) ------------------------------------------------------
+
+class CoMapFunction(Function):
+    """``map1`` for each record of the first input, ``map2`` for the second; one result each."""
+
+    @abstractmethod
+    def map1(self, value): ...
+
+    @abstractmethod
+    def map2(self, value): ...
+
+
+class CoFlatMapFunction(Function):
+    """``flat_map1``/``flat_map2`` yield any number of results per record of the first/second input."""
+
+    @abstractmethod
+    def flat_map1(self, value): ...
+
+    @abstractmethod
+    def flat_map2(self, value): ...
+
+
+class CoProcessFunction(Function):
+    class Context(ABC):
+        @abstractmethod
+        def timer_service(self): ...
+
+        @abstractmethod
+        def timestamp(self) -> int: ...
+
+    @abstractmethod
+    def process_element1(self, value, ctx: "CoProcessFunction.Context"): ...
+
+    @abstractmethod
+    def process_element2(self, value, ctx: "CoProcessFunction.Context"): ...
+
+
+class KeyedCoProcessFunction(Function):
+    """Two keyed inputs sharing one key space: both see (and may change) the same keyed state and
+    timers of the current key."""
+
+    class Context(ABC):
+        @abstractmethod
+        def get_current_key(self): ...
+
+        @abstractmethod
+        def timer_service(self): ...
+
+        @abstractmethod
+        def timestamp(self) -> int: ...
+
+    class OnTimerContext(Context):
+        @abstractmethod
+        def time_domain(self) -> TimeDomain: ...
+
+    @abstractmethod
+    def process_element1(self, value, ctx: "KeyedCoProcessFunction.Context"): ...
+
+    @abstractmethod
+    def process_element2(self, value, ctx: "KeyedCoProcessFunction.Context"): ...
+
+    def on_timer(self, timestamp: int, ctx: "KeyedCoProcessFunction.OnTimerContext"):
         pass
 
 
@@ -359,3 +433,13 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
 
     def clear(self, context: "ProcessAllWindowFunction.Context") -> None:
         """Called when the window is cleaned up."""
+
+
+from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("keyspan.datastream.functions", {
+    "AsyncFunction": "use a map or process function that calls the service synchronously instead",
+    "SourceFunction": "use env.from_source(...) with a keyspan source, env.from_collection(...) or "
+                      "env.from_spark(spark.readStream...) instead",
+    "JavaFunctionWrapper": "Java functions cannot run in keyspan; write the function in Python instead",
+})

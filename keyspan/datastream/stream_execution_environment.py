@@ -7,11 +7,23 @@ import itertools
 from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.datastream.checkpoint_config import CheckpointConfig
+from keyspan.datastream.execution_mode import RuntimeExecutionMode
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.data_stream import DataStream
 from keyspan.datastream.transformation import OperatorKind, Transformation
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
+
+
+class PythonDependencies:
+    """Files a job needs on Spark's executors, set through the environment's add_* methods."""
+
+    def __init__(self):
+        self.jars: list[str] = []
+        self.python_files: list[str] = []
+        self.archives: list[tuple[str, str | None]] = []
+        self.requirements: tuple[str, str | None] | None = None
+        self.python_executable: str | None = None
 
 
 class StreamExecutionEnvironment:
@@ -26,15 +38,26 @@ class StreamExecutionEnvironment:
         self._spark = None
         self._config = ExecutionConfig()
         self._time_characteristic = TimeCharacteristic.EventTime
+        self._runtime_mode = RuntimeExecutionMode.STREAMING
+        self._dependencies = PythonDependencies()
+        self._buffer_timeout = 100
+        self._chaining = True
+        self._default_savepoint_dir: str | None = None
 
     @staticmethod
     def get_execution_environment(configuration=None) -> "StreamExecutionEnvironment":
         env = StreamExecutionEnvironment()
         if configuration is not None:
-            parallelism = configuration.get_integer("parallelism.default", 0)
-            if parallelism:
-                env.set_parallelism(parallelism)
+            env.configure(configuration)
         return env
+
+    def configure(self, configuration) -> "StreamExecutionEnvironment":
+        """Apply the keys of a ``Configuration`` that keyspan supports (docs/compatibility.md lists
+        them); a key that is not set leaves its setting untouched, other keys are ignored."""
+        from keyspan.datastream.configuration_keys import apply
+
+        apply(self, configuration)
+        return self
 
     # configuration ------------------------------------------------------------------------
     def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
@@ -63,6 +86,35 @@ class StreamExecutionEnvironment:
     def get_checkpoint_config(self) -> CheckpointConfig:
         return self._checkpoint_config
 
+    def get_checkpointing_mode(self):
+        return self._checkpoint_config.get_checkpointing_mode()
+
+    get_checkpointing_consistency_mode = get_checkpointing_mode
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._checkpoint_config.is_unaligned_checkpoints_enabled()
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self._checkpoint_config.is_force_unaligned_checkpoints()
+
+    def set_default_savepoint_directory(self, directory: str) -> "StreamExecutionEnvironment":
+        """Where savepoints go when no target is given (else KEYSPAN_SAVEPOINT_DIR or the workdir)."""
+        self._default_savepoint_dir = directory
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._default_savepoint_dir
+
+    def set_default_local_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        """keyspan has one parallelism setting: this sets it (Spark's local mode runs it)."""
+        return self.set_parallelism(parallelism)
+
+    def get_default_local_parallelism(self) -> int:
+        return self._parallelism
+
+    def is_chaining_of_operators_with_different_max_parallelism_enabled(self) -> bool:
+        return True  # every operator is keyed with the job's max parallelism
+
     def get_config(self) -> ExecutionConfig:
         return self._config
 
@@ -80,8 +132,82 @@ class StreamExecutionEnvironment:
         return self._checkpoint_config.interval_ms
 
     def set_state_backend(self, state_backend) -> "StreamExecutionEnvironment":
+        """A legacy backend's checkpoint directory (``FsStateBackend(uri)``) becomes the checkpoint storage."""
         self._state_backend = state_backend
+        path = getattr(state_backend, "checkpoint_path", None)
+        if path:
+            self._checkpoint_config.set_checkpoint_storage_dir(path)
         return self
+
+    def set_runtime_mode(self, execution_mode: RuntimeExecutionMode) -> "StreamExecutionEnvironment":
+        """BATCH runs a bounded job's whole input as one epoch; see ``RuntimeExecutionMode``."""
+        if not isinstance(execution_mode, RuntimeExecutionMode):
+            raise TypeError(f"set_runtime_mode needs a RuntimeExecutionMode, got {execution_mode!r}")
+        self._runtime_mode = execution_mode
+        return self
+
+    def get_runtime_mode(self) -> RuntimeExecutionMode:
+        return self._runtime_mode
+
+    # no-ops: Spark schedules and shuffles --------------------------------------------------
+    def set_buffer_timeout(self, timeout_millis: int) -> "StreamExecutionEnvironment":
+        """Accepted: records leave a stage in chunks at the end of each epoch; the epoch trigger
+        interval (``enable_checkpointing``) is what bounds latency."""
+        self._buffer_timeout = int(timeout_millis)
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return self._buffer_timeout
+
+    def disable_operator_chaining(self) -> "StreamExecutionEnvironment":
+        """Every operator gets its own stage (its own Spark task), as ``disable_chaining`` on each."""
+        self._chaining = False
+        return self
+
+    def is_chaining_enabled(self) -> bool:
+        return self._chaining
+
+    def register_slot_sharing_group(self, slot_sharing_group) -> "StreamExecutionEnvironment":
+        """Accepted: Spark places tasks; there are no slots to share."""
+        return self
+
+    # dependencies shipped to Spark executors ----------------------------------------------
+    def add_jars(self, *jars_path: str) -> "StreamExecutionEnvironment":
+        """Jars for Spark (``spark.jars``): a Spark source's JVM connector, for example."""
+        self._dependencies.jars.extend(jars_path)
+        return self
+
+    def add_classpaths(self, *classpaths: str) -> "StreamExecutionEnvironment":
+        """Classpath URLs, passed to Spark like ``add_jars`` (``spark.jars``)."""
+        self._dependencies.jars.extend(classpaths)
+        return self
+
+    def add_python_file(self, file_path: str) -> "StreamExecutionEnvironment":
+        """A .py, .zip or .egg file (or a directory, zipped) for the Python workers (``SparkContext.addPyFile``)."""
+        self._dependencies.python_files.append(file_path)
+        return self
+
+    def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> "StreamExecutionEnvironment":
+        """An archive unpacked in every executor's working directory, under ``target_dir`` if given
+        (``SparkContext.addArchive(path#target_dir)``)."""
+        self._dependencies.archives.append((archive_path, target_dir))
+        return self
+
+    def set_python_requirements(self, requirements_file_path: str,
+                                requirements_cache_dir: str | None = None) -> "StreamExecutionEnvironment":
+        """Pip-installs the requirements (from ``requirements_cache_dir`` only, if given) into a
+        directory that is shipped to the Python workers as a zip on their path (pure-Python packages)."""
+        self._dependencies.requirements = (requirements_file_path, requirements_cache_dir)
+        return self
+
+    def set_python_executable(self, python_exec: str) -> "StreamExecutionEnvironment":
+        """The Python the workers run (``spark.pyspark.python``), unless PYSPARK_PYTHON or a session already set it."""
+        self._dependencies.python_executable = python_exec
+        return self
+
+    def get_python_dependencies(self) -> "PythonDependencies":
+        """keyspan: what add_jars/add_python_file/... collected (the runtime ships it to Spark)."""
+        return self._dependencies
 
     def get_state_backend(self):
         return self._state_backend
@@ -147,9 +273,60 @@ class StreamExecutionEnvironment:
 
         return JobRunner(self, job_name or "keyspan-job", run_options.current()).run()
 
+    def execute_async(self, job_name: str = "Flink Streaming Job"):
+        """Start the job in a background thread; the ``JobClient`` follows and controls it."""
+        return self._start_async(job_name, fresh=False)
+
+    def _start_async(self, job_name: str, fresh: bool):
+        from concurrent.futures import Future
+        import threading
+
+        from keyspan.common.job_client import JobClient
+        from keyspan.runtime import options as run_options
+        from keyspan.runtime.executor import JobRunner
+
+        runner = JobRunner(self, job_name, run_options.current(), fresh=fresh)
+        done: Future = Future()
+
+        def run():
+            try:
+                done.set_result(runner.run())
+            except BaseException as exc:  # noqa: BLE001 — handed to the JobClient's futures
+                done.set_exception(exc)
+        threading.Thread(target=run, name=f"keyspan-{job_name}", daemon=True).start()
+        return JobClient(runner, done)
+
     def _execute_fresh(self, job_name: str) -> JobExecutionResult:
         """``execute_and_collect`` hands results to this process only, so it never resumes an old run."""
         from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import JobRunner
 
         return JobRunner(self, job_name, run_options.current(), fresh=True).run()
+
+    def get_execution_plan(self) -> str:
+        """The job graph as JSON shaped like Flink's (``nodes`` with id, type, pact, contents,
+        parallelism and ``predecessors`` with ship_strategy)."""
+        from keyspan.datastream.transformation import execution_plan
+
+        return execution_plan(self._transformations, self._parallelism)
+
+    def close(self) -> None:
+        """Nothing to release: the SparkSession outlives the environment."""
+
+    # not supported ----------------------------------------------------------------------
+    def add_source(self, source_func, source_name: str = "Custom Source", type_info=None):
+        raise NotImplementedError(
+            "not supported by keyspan: add_source takes a Java SourceFunction; use env.from_source(...) with a "
+            "keyspan source, env.from_collection(...) or env.from_spark(spark.readStream...) instead")
+
+    def create_input(self, input_format, type_info=None):
+        raise NotImplementedError(
+            "not supported by keyspan: create_input takes a Java InputFormat; use env.from_source(FileSource...) "
+            "or env.from_spark(...) instead")
+
+    def enable_changelog_state_backend(self, enabled: bool) -> "StreamExecutionEnvironment":
+        """Accepted: keyspan's checkpoints are already incremental (each epoch writes its changes)."""
+        return self
+
+    def is_changelog_state_backend_enabled(self) -> bool:
+        return False

@@ -20,21 +20,34 @@ class OperatorKind(StrEnum):
     KEYED_PROCESS = "keyed_process"  # every keyed operator (reduce, windows, … are keyed process functions)
     BROADCAST_PROCESS = "broadcast_process"
     KEYED_BROADCAST_PROCESS = "keyed_broadcast_process"
+    CO_PROCESS = "co_process"  # two ordinary inputs (connect): CoProcessFunction, CoMap, CoFlatMap
+    KEYED_CO_PROCESS = "keyed_co_process"  # two inputs keyed into the same key groups: KeyedCoProcessFunction
     UNION = "union"  # names edges only
     SIDE_OUTPUT = "side_output"  # names edges only
+    PARTITION = "partition"  # names edges only: how records reach the consumer (rebalance(), shuffle(), ...)
     SINK = "sink"
     DRIVER_SINK = "driver_sink"  # a sink whose records are delivered on the driver
 
 
-KEYED_KINDS = (OperatorKind.KEYED_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS)
+KEYED_KINDS = (OperatorKind.KEYED_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS, OperatorKind.KEYED_CO_PROCESS)
 BROADCAST_KINDS = (OperatorKind.BROADCAST_PROCESS, OperatorKind.KEYED_BROADCAST_PROCESS)
-VIRTUAL_KINDS = (OperatorKind.UNION, OperatorKind.SIDE_OUTPUT)  # graph nodes without an operator of their own
-SIDE_OUTPUT_KINDS = (OperatorKind.PROCESS, OperatorKind.KEYED_PROCESS) + BROADCAST_KINDS  # may `yield tag, value`
+TWO_INPUT_KINDS = (OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)  # records tagged with their input side
+VIRTUAL_KINDS = (OperatorKind.UNION, OperatorKind.SIDE_OUTPUT, OperatorKind.PARTITION)  # no operator of their own
+SIDE_OUTPUT_KINDS = (OperatorKind.PROCESS, OperatorKind.KEYED_PROCESS) + BROADCAST_KINDS + TWO_INPUT_KINDS
 
 
 def user_function(fn):
     """The user's function behind a keyed Map/FlatMap/Filter/Reduce adapter."""
     return fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else fn
+
+
+@dataclass
+class Partitioning:
+    """How a ``PARTITION`` node's records reach its consumer (DataStream.rebalance(), shuffle(), ...)."""
+
+    strategy: str  # rebalance | rescale | shuffle | forward | broadcast | custom
+    partitioner: Any = None  # custom: partition(key, num_partitions) -> int
+    key_selector: Any = None  # custom: the key handed to the partitioner
 
 
 @dataclass(eq=False)
@@ -47,13 +60,20 @@ class Transformation:
     inputs: list["Transformation"] = field(default_factory=list)
     function: Any = None
     key_selector: Any = None  # for keyed kinds: the KeyedStream's selector
+    key_selector2: Any = None  # for a keyed two-input operator: the second input's selector
     output_type: Any = None
     parallelism: int | None = None
     uid: str | None = None
     spec: Any = None  # a source or sink spec
+    chaining: str = "always"  # "head": start_new_chain(), "never": disable_chaining()
+    description: str | None = None
 
     def __repr__(self):
         return f"<{self.kind} '{self.name}' #{self.id}>"
+
+    def input_key_selector(self, index: int):
+        """The key selector of input ``index`` (a keyed two-input operator keys each input its own way)."""
+        return self.key_selector2 if index == 1 and self.kind in TWO_INPUT_KINDS else self.key_selector
 
 
 def assign_uids(transformations: list[Transformation]) -> dict[int, tuple[str, bool]]:
@@ -79,3 +99,39 @@ def assign_uids(transformations: list[Transformation]) -> dict[int, tuple[str, b
         seen[uid] = t.id
         result[t.id] = (uid, True)
     return result
+
+
+def execution_plan(transformations: list[Transformation], default_parallelism: int) -> str:
+    """The job graph as JSON in the shape of Flink's ``getExecutionPlan()``: virtual nodes
+    (unions, side outputs, partitionings) become the ship strategy of the edges through them."""
+    import json
+
+    def edges(t: Transformation, strategy: str | None = None, side: str | None = None):
+        for i in t.inputs:
+            if i.kind == OperatorKind.PARTITION:
+                yield from edges(i, i.spec.strategy.upper(), side)
+            elif i.kind in VIRTUAL_KINDS:
+                yield from edges(i, strategy, i.spec.tag_id if i.kind == OperatorKind.SIDE_OUTPUT else side)
+            else:
+                yield i, strategy, side
+
+    nodes = []
+    for t in sorted(transformations, key=lambda t: t.id):
+        if t.kind in VIRTUAL_KINDS:
+            continue
+        node = {"id": t.id, "type": t.name, "pact": {"source": "Data Source", "sink": "Data Sink"}.get(t.kind, "Operator"),
+                "contents": t.name, "parallelism": t.parallelism or default_parallelism}
+        if t.uid:
+            node["uid"] = t.uid
+        preds = []
+        for i, strategy, side in edges(t):
+            hash_ = t.kind in KEYED_KINDS and not (t.kind in BROADCAST_KINDS and i is t.inputs[-1])
+            pred = {"id": i.id, "ship_strategy": "HASH" if hash_ else (strategy or "FORWARD"),
+                    "side": "second"}  # what Flink's JSON generator writes for every edge
+            if side:
+                pred["side_output"] = side
+            preds.append(pred)
+        if preds:
+            node["predecessors"] = preds
+        nodes.append(node)
+    return json.dumps({"nodes": nodes}, indent=2)

@@ -80,7 +80,9 @@ class JobRunner:
             with open(self.job_file, "rb") as f:
                 self.job_bytes = f.read()
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
-        self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism)
+        self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
+                                  chaining=env.is_chaining_enabled())
+        self.batch = _batch_mode(env, self.plan, self.job_id)
         self.fingerprint = hashlib.sha256(json.dumps(
             [[(o["uid"], o["kind"]) for o in self.plan.operators], [t.spec.fingerprint() for t in self.plan.sources]]
         ).encode()).hexdigest()[:16]
@@ -178,10 +180,12 @@ class JobRunner:
         self.coordinator.publish_pending()
         self.observer = JobObserver(self)
 
-        spark = self.env.get_spark_session() or spark_session.get_or_create_spark(self.parallelism,
-                                                                                 self.options.spark_master)
+        dependencies = self.env.get_python_dependencies()
+        spark = self.env.get_spark_session() or spark_session.get_or_create_spark(
+            self.parallelism, self.options.spark_master, dependencies)
         spark_session.prepare_session(spark)
-        self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch())
+        spark_session.ship_dependencies(spark, dependencies, self.options.workdir)
+        self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch(), batch=self.batch)
         offsets = latest["source_offsets"] if (latest and new_run) else None
         if offsets is not None and not all(t.spec.restorable for t in plan.sources):
             raise JobExecutionError(
@@ -197,7 +201,8 @@ class JobRunner:
         if bounded:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{self.checkpoint_config.interval_ms} milliseconds")
+            interval = max(self.checkpoint_config.interval_ms, self.checkpoint_config.min_pause_ms)
+            writer = writer.trigger(processingTime=f"{interval} milliseconds")
         api = start_api(RunnerHandle(self)) if self.options.rest_api else None
         query = writer.start()
         self.query = query
@@ -289,7 +294,8 @@ class JobRunner:
             checkpoint = self.committed
             if checkpoint is None:
                 raise JobExecutionError(f"job '{self.job_id}' has no committed checkpoint yet")
-            target = target or default_target(self.options.savepoint_root(), self.job_id, checkpoint["epoch"])
+            root = self.env.get_default_savepoint_directory() or self.options.savepoint_root()
+            target = target or default_target(root, self.job_id, checkpoint["epoch"])
             path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name,
                                    job_file_bytes=self.job_bytes,
                                    extra={"restored_from": self.run_info.get("restored_from")})
@@ -460,6 +466,20 @@ class JobRunner:
         for sink_index, records_by_subtask in by_sink.items():
             sink, parallelism = self.plan.driver_sinks[sink_index]
             sink.deliver(records_by_subtask, parallelism)
+
+
+def _batch_mode(env, plan, job_id: str) -> bool:
+    """BATCH (or AUTOMATIC with only bounded sources): the whole input in one epoch."""
+    from keyspan.datastream.execution_mode import RuntimeExecutionMode
+
+    mode = env.get_runtime_mode()
+    bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
+    if mode == RuntimeExecutionMode.BATCH and not bounded:
+        unbounded = [t.name for t in plan.sources if not getattr(t.spec, "bounded", False)]
+        raise JobExecutionError(f"job '{job_id}': BATCH execution mode needs bounded sources, but "
+                                f"{', '.join(unbounded)} is unbounded; use RuntimeExecutionMode.STREAMING "
+                                "(or AUTOMATIC), or make the source bounded")
+    return mode == RuntimeExecutionMode.BATCH or (mode == RuntimeExecutionMode.AUTOMATIC and bounded)
 
 
 def _storage_failure(exc: BaseException) -> str | None:

@@ -20,6 +20,7 @@ from keyspan.datastream.functions import CheckpointedFunction
 from keyspan.datastream.transformation import (
     BROADCAST_KINDS,
     KEYED_KINDS,
+    TWO_INPUT_KINDS,
     VIRTUAL_KINDS,
     OperatorKind,
     Transformation,
@@ -45,6 +46,8 @@ class ExitKind(StrEnum):
     KEYED = "keyed"  # by key group
     REBALANCE = "rebalance"  # round robin
     BROADCAST = "broadcast"  # every record to every consumer subtask
+    SHUFFLE = "shuffle"  # uniformly random
+    CUSTOM = "custom"  # partition_custom: the user's partitioner picks the subtask
     DRIVER = "driver"  # driver-sink records
 
 
@@ -55,6 +58,8 @@ class ExitSpec:
     consumer_stage: int | None = None
     consumer_parallelism: int = 1
     key_selector: Any = None
+    input_side: int = 0  # which input of a two-input consumer the records feed (0: first, 1: second)
+    partitioner: Any = None  # CUSTOM: partition(key, num_partitions) -> subtask
 
 
 @dataclass
@@ -119,6 +124,7 @@ class PhysicalPlan:
     def digest(self, stage_id: int) -> tuple[bytes, str]:
         plan = self.stages[stage_id].plan
         serde.ship_user_modules([plan.key_selector] + [e.key_selector for e in plan.exits]
+                                + [e.partitioner for e in plan.exits]
                                 + [f for o in plan.ops for f in _user_objects(o.function)]
                                 + [o.sink for o in plan.ops])
         data = serde.dumps_function(plan)
@@ -176,8 +182,8 @@ def key_columns(selector, names: list[str]) -> list[str] | None:
     return None
 
 
-def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int
-                  ) -> PhysicalPlan:
+def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int,
+                  chaining: bool = True) -> PhysicalPlan:
     if not any(t.kind == OperatorKind.SINK for t in transformations):
         raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
     uids = assign_uids(transformations)
@@ -204,26 +210,43 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             out.extend(physical_inputs(i) if i.kind in VIRTUAL_KINDS else [i])
         return out
 
-    def consumer_edges(t: Transformation, tag=None) -> list[tuple[Transformation, int, str | None]]:
-        """(consumer, input index, side-output tag) for every edge leaving ``t``, through unions
-        and side outputs."""
+    def consumer_edges(t: Transformation, tag=None, partitioning=None) -> list[tuple]:
+        """(consumer, input index, side-output tag, Partitioning or None) for every edge leaving
+        ``t``, through unions, side outputs and partitionings."""
         out = []
         for c in consumers[t.id]:
             for index, i in enumerate(c.inputs):
                 if i is not t:
                     continue
                 if c.kind == OperatorKind.UNION:
-                    out.extend(consumer_edges(c, tag))
+                    out.extend(consumer_edges(c, tag, partitioning))
                 elif c.kind == OperatorKind.SIDE_OUTPUT:
-                    out.extend(consumer_edges(c, c.spec.tag_id))
+                    out.extend(consumer_edges(c, c.spec.tag_id, partitioning))
+                elif c.kind == OperatorKind.PARTITION:
+                    out.extend(consumer_edges(c, tag, c.spec))
                 else:
-                    out.append((c, index, tag))
+                    out.append((c, index, tag, partitioning))
         return out
+
+    def forwarded(t: Transformation) -> bool:
+        """``t`` reads its one input through ``forward()``: same parallelism required, as in Flink."""
+        i = t.inputs[0] if len(t.inputs) == 1 else None
+        if i is None or i.kind != OperatorKind.PARTITION or i.spec.strategy != "forward":
+            return False
+        up = physical_inputs(t)[0]
+        if parallelism(t) != parallelism(up):
+            raise ValueError(f"Forward partitioning does not allow change of parallelism: '{up.name}' has "
+                             f"parallelism {parallelism(up)}, '{t.name}' {parallelism(t)}; use rebalance() instead")
+        return True
 
     def chained(t: Transformation) -> bool:
         ins = physical_inputs(t)
+        if len(t.inputs) == 1 and t.inputs[0].kind == OperatorKind.PARTITION and not forwarded(t):
+            return False  # rebalance(), shuffle(), broadcast(), partition_custom(): an exchange
         if (keyed(t) or len(ins) != 1 or len(t.inputs) != 1 or t.inputs[0].kind == OperatorKind.UNION
                 or parallelism(t) != parallelism(ins[0])):
+            return False
+        if not chaining or t.chaining != "always" or ins[0].chaining == "never":
             return False
         # a source stage runs as many tasks as the epoch's input has partitions: an operator with
         # operator state needs a stable subtask count, so it gets its own stage behind an exchange
@@ -308,21 +331,27 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         op = stage.plan.ops[op_index[t.id]]
         if op.kind == OperatorKind.DRIVER_SINK:
             _driver_exit(stage)
-        for c, index, tag in consumer_edges(t):
+        for c, index, tag, partitioning in consumer_edges(t):
             if stage_of.get(c.id) == stage.plan.stage_id and chained(c):
                 op.outputs.append(("op", op_index[c.id], tag))
                 continue
             target = stages[stage_of[c.id]]
-            if c.kind in BROADCAST_KINDS and index == 1:
+            broadcast_side = c.kind in BROADCAST_KINDS and index == 1
+            if broadcast_side:
                 kind = ExitKind.BROADCAST
+            elif keyed(c):
+                kind = ExitKind.KEYED
             else:
-                kind = ExitKind.KEYED if keyed(c) else ExitKind.REBALANCE
+                kind = _PARTITIONING_EXITS[partitioning.strategy if partitioning else "rebalance"]
+            selector = c.input_key_selector(index) if kind == ExitKind.KEYED else None
             exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
-                                 c.key_selector if kind == ExitKind.KEYED else None)
+                                 partitioning.key_selector if kind == ExitKind.CUSTOM else selector,
+                                 input_side=index if c.kind in TWO_INPUT_KINDS else 0,
+                                 partitioner=partitioning.partitioner if kind == ExitKind.CUSTOM else None)
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))
-            if kind == ExitKind.BROADCAST:
+            if broadcast_side:
                 target.broadcast_inputs.append((stage.plan.stage_id, exit_spec.exit_id))
 
     _push_down_key_columns(stages)
@@ -341,6 +370,12 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                                   "idleness_ms": strategy.idleness_ms if strategy else None,
                                   "splits": splits, "sources": sorted(sources_of(t))}
     return PhysicalPlan(stages, sources, driver_sinks, task_sinks, operators, origins)
+
+
+# a non-keyed consumer's exchange per partitioning; rescale and forward (across a parallelism change,
+# refused above) are round robin: on Spark no task is closer to another for a local round robin
+_PARTITIONING_EXITS = {"rebalance": ExitKind.REBALANCE, "rescale": ExitKind.REBALANCE, "forward": ExitKind.REBALANCE,
+                       "shuffle": ExitKind.SHUFFLE, "broadcast": ExitKind.BROADCAST, "custom": ExitKind.CUSTOM}
 
 
 def _driver_exit(stage: Stage) -> None:

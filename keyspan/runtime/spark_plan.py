@@ -20,10 +20,11 @@ class EpochRows:
 
 
 class SparkStages:
-    def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None):
+    def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None, batch: bool = False):
         self.plan = plan
         self.spark = spark
         self.max_records_per_epoch = max_records_per_epoch
+        self.batch = batch  # BATCH execution mode: no per-epoch limit, the whole input in one epoch
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
         self.readers: dict[int, object] = {}  # source index → its SourceReader (keyspan sources)
         self.source_uids = {i: self._stage_of(t).plan.ops[0].uid for i, t in enumerate(plan.sources)}
@@ -42,7 +43,8 @@ class SparkStages:
             if hasattr(t.spec, "reader"):
                 reader = t.spec.reader(storage, self.source_uids[i])
                 start = offsets.get(str(i)) if offsets else None
-                limit = t.spec.max_per_epoch or (self.max_records_per_epoch if reader.unit == "records" else None)
+                limit = None if self.batch else (
+                    t.spec.max_per_epoch or (self.max_records_per_epoch if reader.unit == "records" else None))
                 df = source_dataframe(self.spark, reader, parallelism, limit, start, wake_file)
                 self.readers[i] = reader
             elif hasattr(t.spec, "dataframe"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from keyspan.common.clock import LONG_MIN
 from keyspan.datastream.output_tag import OutputTag
-from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, OperatorKind
+from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, TWO_INPUT_KINDS, OperatorKind
 from keyspan.runtime import event_time
 from keyspan.runtime.planner import ExitKind
 from keyspan.runtime.protocol import UserFunctionError, user_error
@@ -17,15 +17,18 @@ from keyspan.runtime.worker.contexts import (
     BroadcastReadOnlyContext,
     BroadcastStates,
     Clock,
+    CoContext,
     Context,
     KeyedBroadcastContext,
     KeyedBroadcastOnTimerContext,
     KeyedBroadcastReadOnlyContext,
+    KeyedCoContext,
+    KeyedCoOnTimerContext,
     KeyedContext,
     OnTimerContext,
     TaskRuntimeContext,
 )
-from keyspan.runtime.worker.exits import BroadcastExit, KeyedExit, RebalanceExit, frozen
+from keyspan.runtime.worker.exits import BroadcastExit, CustomExit, KeyedExit, RebalanceExit, ShuffleExit, frozen
 
 
 def emitting(op, subtask: int, call, emit, describe=None):
@@ -112,6 +115,11 @@ class OperatorChain:
             ex = RebalanceExit(spec, self.subtask, self.ts_cell)
         elif spec.kind == ExitKind.BROADCAST:
             ex = BroadcastExit(spec, self.ts_cell)
+        elif spec.kind == ExitKind.SHUFFLE:
+            ex = ShuffleExit(spec, self.ts_cell)
+        elif spec.kind == ExitKind.CUSTOM:
+            op = next(o for o in self.plan.ops if ("exit", exit_id) in [(k, r) for k, r, _ in o.outputs])
+            ex = CustomExit(spec, self.ts_cell, f"operator '{op.name}' (uid '{op.uid}'), subtask {self.subtask}")
         else:
             raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
         self.exits[exit_id] = ex
@@ -143,6 +151,8 @@ class OperatorChain:
             return lambda value: pe(value, ctx)
         if kind in BROADCAST_KINDS:
             return self._broadcast_processor(op, emit)
+        if kind in TWO_INPUT_KINDS:
+            return self._two_input_processor(op, emit)
         if kind == OperatorKind.KEYED_PROCESS:
             inst = self._instance(op, keyed=True)
             backend = inst.backend
@@ -235,6 +245,34 @@ class OperatorChain:
                 pe(value, read_ctx)
             return process
         return lambda value: pe(value, read_ctx)
+
+    def _two_input_processor(self, op, emit):
+        """A two-input operator: returns the first input's processor (``process_element1``) and sets
+        the second's (``process_element2``), which ``StageTask._consume`` feeds chunks of input side 1.
+        Keyed, both share the key's state and timers: the same key group lands in the same subtask."""
+        subtask = self.subtask
+        if op.kind == OperatorKind.KEYED_CO_PROCESS:
+            inst = self._instance(op, keyed=True)
+            backend = inst.backend
+            ctx = KeyedCoContext(backend, self.ts_cell, inst.timers)
+            self._start_timers(inst, op, emit, KeyedCoOnTimerContext(backend, self.ts_cell, inst.timers))
+
+            def keyed(call):
+                pe = emitting(op, subtask, call, emit)
+
+                def process(value, key, kg):
+                    backend.current_key = key
+                    backend.current_key_group = kg
+                    pe(value, ctx)
+                return process
+            self.second_entry = keyed(inst.function.process_element2)
+            return keyed(inst.function.process_element1)
+        fn = self._plain_function(op)
+        ctx = CoContext(self.ts_cell, Clock(self._watermark(op)))
+        pe1 = emitting(op, subtask, fn.process_element1, emit)
+        pe2 = emitting(op, subtask, fn.process_element2, emit)
+        self.second_entry = lambda value: pe2(value, ctx)
+        return lambda value: pe1(value, ctx)
 
     def _plain_function(self, op):
         """A non-keyed operator's function, opened: the plan's own object, or — for a

@@ -7,9 +7,11 @@ from keyspan.common.clock import LONG_MIN, wall_clock_ms
 from keyspan.datastream import timerservice
 from keyspan.datastream.functions import (
     BroadcastProcessFunction,
+    CoProcessFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
     KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     ProcessFunction,
     RuntimeContext,
@@ -144,6 +146,18 @@ class Context(ProcessFunction.Context):
 
     def timer_service(self):
         return self._clock
+
+
+class CoContext(Context, CoProcessFunction.Context):
+    """``process_element1/2``'s context of a non-keyed two-input operator."""
+
+
+class KeyedCoContext(KeyedContext, KeyedCoProcessFunction.Context):
+    """``process_element1/2``'s context of a keyed two-input operator: one key, state and timers for both inputs."""
+
+
+class KeyedCoOnTimerContext(_Firing, KeyedContext, KeyedCoProcessFunction.OnTimerContext):
+    pass
 
 
 class InitializationContext(FunctionInitializationContext):

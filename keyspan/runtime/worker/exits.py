@@ -1,7 +1,10 @@
 """Where records leave a stage: buffered per consumer subtask and emitted as pickled chunks
-(``(key groups, keys, records, timestamps or None)``), one Arrow row per chunk and subtask."""
+(``(key groups, keys, records, timestamps or None, input side)``), one Arrow row per chunk and
+subtask. The input side tells a two-input consumer which of its inputs the chunk feeds."""
 
 from __future__ import annotations
+
+import random
 
 from keyspan.io import serde
 from keyspan.runtime.protocol import BROADCAST_CHUNK
@@ -34,6 +37,7 @@ class Exit:
 
     def __init__(self, spec, cell):
         self.parallelism = spec.consumer_parallelism
+        self.side = spec.input_side
         self.cell = cell  # the current record's event timestamp
         self.records: list = []
         self.stamps: list = []
@@ -62,7 +66,7 @@ class BroadcastExit(Exit):
     """Every record to every consumer subtask: one pickled chunk, sent once per subtask."""
 
     def route(self, records, stamps):
-        payload = serde.dumps((BROADCAST_CHUNK, None, records, stamps))
+        payload = serde.dumps((BROADCAST_CHUNK, None, records, stamps, self.side))
         return [(sub, payload) for sub in range(self.parallelism)]
 
 
@@ -75,10 +79,53 @@ class RebalanceExit(Exit):
 
     def route(self, records, stamps):
         n = self.parallelism
-        out = [((self.next + i) % n, serde.dumps((None, None, records[i::n], stamps[i::n] if stamps else None)))
+        out = [((self.next + i) % n,
+                serde.dumps((None, None, records[i::n], stamps[i::n] if stamps else None, self.side)))
                for i in range(min(n, len(records)))]
         self.next = (self.next + len(records)) % n
         return out
+
+
+class ShuffleExit(Exit):
+    """Each record to a uniformly random consumer subtask (``DataStream.shuffle()``)."""
+
+    def __init__(self, spec, cell):
+        super().__init__(spec, cell)
+        self.random = random.Random()
+
+    def route(self, records, stamps):
+        n = self.parallelism
+        picks = [self.random.randrange(n) for _ in records]
+        out = []
+        for sub in range(n):
+            idx = [i for i, p in enumerate(picks) if p == sub]
+            if idx:
+                out.append((sub, serde.dumps((None, None, [records[i] for i in idx],
+                                              [stamps[i] for i in idx] if stamps else None, self.side))))
+        return out
+
+
+class CustomExit(Exit):
+    """``partition_custom``: the user's partitioner picks each record's subtask from its key."""
+
+    def __init__(self, spec, cell, describe):
+        super().__init__(spec, cell)
+        self.partitioner = spec.partitioner
+        self.selector = spec.key_selector
+        self.describe = describe  # how errors name the operator
+
+    def route(self, records, stamps):
+        n = self.parallelism
+        parts: dict[int, list[int]] = {}
+        for i, record in enumerate(records):
+            sub = self.partitioner(self.selector(record), n)
+            if isinstance(sub, bool) or not isinstance(sub, int) or not 0 <= sub < n:
+                raise ValueError(f"{self.describe}: partition_custom's partitioner returned {sub!r} for record "
+                                 f"{record!r}; it must return a subtask index in [0, {n})")
+            parts.setdefault(sub, []).append(i)
+        return [(sub, serde.dumps((None, None, [records[i] for i in idx], [stamps[i] for i in idx] if stamps else None,
+                                   self.side)))
+                for sub, idx in sorted(parts.items())]
 
 
 class KeyedExit:
@@ -89,6 +136,7 @@ class KeyedExit:
         self.selector = spec.key_selector
         self.max_parallelism = max_parallelism
         self.parallelism = spec.consumer_parallelism
+        self.side = spec.input_side
         self.cell = cell
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
@@ -107,6 +155,6 @@ class KeyedExit:
     def flush(self, exit_id, row):
         for sub, (kgs, keys, records, stamps) in enumerate(self.buffers):
             if records:
-                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps))))
+                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps), self.side)))
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0

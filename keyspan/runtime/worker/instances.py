@@ -13,7 +13,12 @@ import time
 
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.handles import DELTA, OPERATOR, is_keyed, overlaps
-from keyspan.datastream.functions import CheckpointedFunction, KeyedBroadcastProcessFunction, KeyedProcessFunction
+from keyspan.datastream.functions import (
+    CheckpointedFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+)
 from keyspan.datastream.transformation import BROADCAST_KINDS, user_function
 from keyspan.io import serde
 from keyspan.runtime.protocol import user_error
@@ -36,7 +41,8 @@ def checkpointed(function):
 def _overrides_on_timer(function) -> bool:
     on_timer = getattr(type(function), "on_timer", None)
     return on_timer is not None and on_timer not in (KeyedProcessFunction.on_timer,
-                                                     KeyedBroadcastProcessFunction.on_timer)
+                                                     KeyedBroadcastProcessFunction.on_timer,
+                                                     KeyedCoProcessFunction.on_timer)
 
 
 def evict_idle_instances(run_id: str) -> None:

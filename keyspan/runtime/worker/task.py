@@ -84,6 +84,7 @@ class StageTask(OperatorChain):
         self.exits = {}
         self.driver_buffers: dict[int, list] = {}
         self.broadcast_entry = None  # the broadcast-side input of a broadcast-process stage
+        self.second_entry = None  # the second input of a two-input stage (chunks tagged with input side 1)
         self.ts_cell = [None]  # the event timestamp of the record being processed (None: none)
         self.split_max: dict[str, dict[str, list]] = {}  # origin uid → {split: [max timestamp]} of this epoch
         self.keyed_emit = None  # (instance, op, emit, timer context) of the keyed operator, whose timers fire at the end
@@ -182,10 +183,10 @@ class StageTask(OperatorChain):
                     if c is not None:
                         self.upstream.append(c)
                         continue
-                    kgs, keys, records, stamps = serde.loads(payload)
+                    kgs, keys, records, stamps, side = serde.loads(payload)
                     self.records_in += len(records)
                     cell[0] = None
-                    if kgs == BROADCAST_CHUNK:  # the broadcast side, sorted first
+                    if kgs == BROADCAST_CHUNK and self.broadcast_entry is not None:  # sorted first
                         process_broadcast = self.broadcast_entry
                         if stamps is None:
                             for r in records:
@@ -194,17 +195,19 @@ class StageTask(OperatorChain):
                             for r, cell[0] in zip(records, stamps):
                                 process_broadcast(r)
                     elif plan.keyed:
+                        process = self.second_entry if side else single
                         if stamps is None:
                             for kg, key, r in zip(kgs, keys, records):
-                                single(r, key, kg)
+                                process(r, key, kg)
                         else:
                             for kg, key, r, cell[0] in zip(kgs, keys, records, stamps):
-                                single(r, key, kg)
+                                process(r, key, kg)
                     else:
+                        targets = (self.second_entry,) if side else entry
                         for i, r in enumerate(records):
                             if stamps is not None:
                                 cell[0] = stamps[i]
-                            for e in entry:
+                            for e in targets:
                                 e(r)
             if self._buffered() >= FLUSH_RECORDS:
                 self._flush_exits()

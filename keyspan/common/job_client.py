@@ -1,0 +1,131 @@
+"""``JobClient``, ``JobID`` and ``CompletableFuture`` as in ``pyflink.common``: what
+``env.execute_async`` returns to follow and control a job running in a background thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+from keyspan.common.job_status import JobStatus
+
+
+class JobID:
+    def __init__(self, job_id: str):
+        self._id = job_id
+
+    def to_hex_string(self) -> str:
+        return self._id
+
+    def __str__(self):
+        return self._id
+
+    def __repr__(self):
+        return f"JobID({self._id!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, JobID) and other._id == self._id
+
+    def __hash__(self):
+        return hash(self._id)
+
+
+class CompletableFuture:
+    """PyFlink's future: ``result()`` waits for the value (or raises the job's error)."""
+
+    def __init__(self, future: Future):
+        self._future = future
+
+    def cancel(self) -> bool:
+        return self._future.cancel()
+
+    def cancelled(self) -> bool:
+        return self._future.cancelled()
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self, timeout: float | None = None):
+        return self._future.result(timeout)
+
+    def exception(self, timeout: float | None = None):
+        return self._future.exception(timeout)
+
+    @staticmethod
+    def _run(fn) -> "CompletableFuture":
+        future: Future = Future()
+
+        def run():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 — handed to the caller of result()
+                future.set_exception(exc)
+        threading.Thread(target=run, daemon=True).start()
+        return CompletableFuture(future)
+
+    @staticmethod
+    def _of(value) -> "CompletableFuture":
+        future: Future = Future()
+        future.set_result(value)
+        return CompletableFuture(future)
+
+
+class JobClient:
+    """A job started by ``execute_async``. ``runner`` is the runtime's job runner (``JobRunner``);
+    ``done`` resolves to its ``JobExecutionResult`` when the run ends."""
+
+    def __init__(self, runner, done: Future):
+        self._runner = runner
+        self._done = done
+        self._cancelled = False
+
+    def get_job_id(self) -> JobID:
+        return JobID(self._runner.job_id)
+
+    def get_job_status(self) -> CompletableFuture:
+        return CompletableFuture._of(self._status())
+
+    def _status(self) -> JobStatus:
+        if not self._done.done():
+            if self._cancelled:
+                return JobStatus.CANCELLING
+            return JobStatus.RUNNING if self._runner.query is not None else JobStatus.CREATED
+        if self._done.exception() is not None:
+            return JobStatus.FAILED
+        return JobStatus.CANCELED if self._cancelled else JobStatus.FINISHED
+
+    def cancel(self) -> CompletableFuture:
+        """Stop after the current epoch commits (no savepoint); its checkpoints stay, as in Flink."""
+        self._cancelled = True
+        self._runner.control.request_stop(savepoint=False, target=None)
+        return CompletableFuture._run(lambda: (self._done.exception(), None)[1])
+
+    def trigger_savepoint(self, savepoint_directory: str | None = None) -> CompletableFuture:
+        """A savepoint of the latest committed checkpoint (waits for the first one); its location."""
+        return CompletableFuture._run(lambda: self._when_checkpointed(
+            lambda: self._runner.take_savepoint(savepoint_directory)))
+
+    def stop_with_savepoint(self, advance_to_end_of_event_time: bool = False,
+                            savepoint_directory: str | None = None) -> CompletableFuture:
+        """Stop at the next epoch boundary with a savepoint; with ``advance_to_end_of_event_time``
+        every event-time timer fires first (Flink's ``--drain``). Resolves to the savepoint's location."""
+
+        def stop():
+            request = self._when_checkpointed(lambda: self._runner.control.request_stop(
+                savepoint=True, target=savepoint_directory, drain=advance_to_end_of_event_time))
+            self._done.exception()  # the run ends once the stop is done
+            if request.get("error"):
+                raise RuntimeError(f"job '{self._runner.job_id}': stop with savepoint failed: {request['error']}")
+            return request.get("path")
+        return CompletableFuture._run(stop)
+
+    def get_job_execution_result(self) -> CompletableFuture:
+        return CompletableFuture(self._done)
+
+    def _when_checkpointed(self, action):
+        while self._runner.committed is None:
+            if self._done.done():
+                self._done.result()  # raises the run's failure
+                raise RuntimeError(f"job '{self._runner.job_id}' ended before its first checkpoint")
+            time.sleep(0.05)
+        return action()

@@ -1,0 +1,68 @@
+"""``SlotSharingGroup`` and ``MemorySize`` as in ``pyflink.datastream.slot_sharing_group``: accepted
+(Spark places tasks; keyspan has no slots), so jobs that declare resource groups still run."""
+
+from __future__ import annotations
+
+
+class MemorySize:
+    def __init__(self, bytes_size: int):
+        self._bytes = int(bytes_size)
+
+    @staticmethod
+    def of_mebi_bytes(mebi_bytes: int) -> "MemorySize":
+        return MemorySize(mebi_bytes << 20)
+
+    def get_bytes(self) -> int:
+        return self._bytes
+
+    def get_mebi_bytes(self) -> int:
+        return self._bytes >> 20
+
+
+class SlotSharingGroup:
+    def __init__(self, name: str, **resources):
+        self._name = name
+        self._resources = resources
+
+    def get_name(self) -> str:
+        return self._name
+
+    @staticmethod
+    def builder(name: str) -> "SlotSharingGroup.Builder":
+        return SlotSharingGroup.Builder(name)
+
+    class Builder:
+        def __init__(self, name: str):
+            self._name = name
+            self._resources: dict = {}
+
+        def _set(self, key, value) -> "SlotSharingGroup.Builder":
+            self._resources[key] = value
+            return self
+
+        def set_cpu_cores(self, cpu_cores: float):
+            return self._set("cpu_cores", cpu_cores)
+
+        def set_task_heap_memory(self, task_heap_memory: MemorySize):
+            return self._set("task_heap_memory", task_heap_memory)
+
+        def set_task_heap_memory_mb(self, task_heap_mb: int):
+            return self._set("task_heap_memory", MemorySize.of_mebi_bytes(task_heap_mb))
+
+        def set_task_off_heap_memory(self, task_off_heap_memory: MemorySize):
+            return self._set("task_off_heap_memory", task_off_heap_memory)
+
+        def set_task_off_heap_memory_mb(self, task_off_heap_mb: int):
+            return self._set("task_off_heap_memory", MemorySize.of_mebi_bytes(task_off_heap_mb))
+
+        def set_managed_memory(self, managed_memory: MemorySize):
+            return self._set("managed_memory", managed_memory)
+
+        def set_managed_memory_mb(self, managed_memory_mb: int):
+            return self._set("managed_memory", MemorySize.of_mebi_bytes(managed_memory_mb))
+
+        def set_external_resource(self, name: str, value: float):
+            return self._set(name, value)
+
+        def build(self) -> "SlotSharingGroup":
+            return SlotSharingGroup(self._name, **self._resources)

@@ -1,0 +1,102 @@
+"""RuntimeExecutionMode: BATCH runs a bounded job as one epoch with the same results as STREAMING
+(event-time timers fire at the end of input); AUTOMATIC picks BATCH for bounded jobs; BATCH refuses
+an unbounded source. Expected outputs follow Flink's documented semantics: per-key running sums,
+and each key's event-time timer at its last timestamp + 1000 firing once the input ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from keyspan.common import WatermarkStrategy
+from keyspan.common.watermark_strategy import TimestampAssigner
+from keyspan.datastream import KeyedProcessFunction, SinkFunction, StreamExecutionEnvironment
+from keyspan.datastream.execution_mode import RuntimeExecutionMode
+from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.runtime.executor import JobExecutionError
+
+RECORDS = [(f"k{i % 7}", i % 5, 1000 + i * 10) for i in range(300)]
+
+
+class Ts(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[2]
+
+
+class SessionEnd(KeyedProcessFunction):
+    """Per key: a running sum, and a timer 1 s after the key's latest record reporting its total."""
+
+    def open(self, runtime_context):
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+        self.last = runtime_context.get_state(ValueStateDescriptor("last"))
+
+    def process_element(self, value, ctx):
+        self.total.update((self.total.value() or 0) + value[1])
+        if self.last.value() is not None:
+            ctx.timer_service().delete_event_time_timer(self.last.value() + 1000)
+        self.last.update(value[2])
+        ctx.timer_service().register_event_time_timer(value[2] + 1000)
+        yield "sum", ctx.get_current_key(), self.total.value()
+
+    def on_timer(self, timestamp, ctx):
+        yield "end", ctx.get_current_key(), self.total.value(), timestamp
+
+
+def _run(mode: RuntimeExecutionMode | None, name: str):
+    records = []
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_max_records_per_epoch(40)
+    if mode is not None:
+        env.set_runtime_mode(mode)
+    (env.from_collection(RECORDS)
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Ts()))
+        .key_by(lambda r: r[0]).process(SessionEnd()).uid("session-end").add_sink(Collect(records)))
+    result = env.execute(name)
+    return sorted(records), result
+
+
+class Collect(SinkFunction):
+    """A sink function runs on the driver: records land in the test's list."""
+
+    def __init__(self, into: list):
+        self.into = into
+
+    def invoke(self, value, context):
+        self.into.append(value)
+
+
+def _expected():
+    totals, last, out = {}, {}, []
+    for key, value, ts in RECORDS:
+        totals[key] = totals.get(key, 0) + value
+        last[key] = ts
+        out.append(("sum", key, totals[key]))
+    out += [("end", key, totals[key], last[key] + 1000) for key in totals]
+    return sorted(out)
+
+
+def test_batch_gives_streaming_results_in_one_epoch(workdir):
+    streaming, s_result = _run(RuntimeExecutionMode.STREAMING, "streaming")
+    batch, b_result = _run(RuntimeExecutionMode.BATCH, "batch")
+    assert streaming == batch == _expected()
+    assert s_result.epochs >= 8  # 300 records, 40 per epoch
+    assert b_result.epochs == 1  # the whole bounded input at once; timers fire at its end
+
+
+def test_automatic_is_batch_for_bounded_sources(workdir):
+    auto, result = _run(RuntimeExecutionMode.AUTOMATIC, "automatic")
+    assert auto == _expected() and result.epochs == 1
+
+
+def test_batch_refuses_an_unbounded_source(workdir, spark, tmp_path):
+    env = StreamExecutionEnvironment.get_execution_environment().set_runtime_mode(RuntimeExecutionMode.BATCH)
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    env.from_spark(stream, "rate").print()
+    with pytest.raises(JobExecutionError, match="BATCH execution mode needs bounded sources.*rate"):
+        env.execute("unbounded")
+
+
+def test_set_runtime_mode_checks_its_argument():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(TypeError, match="RuntimeExecutionMode"):
+        env.set_runtime_mode("BATCH")
+    assert env.set_runtime_mode(RuntimeExecutionMode.BATCH) is env

@@ -1,0 +1,185 @@
+"""PyFlink names a ported job uses beyond state: partitioning (each strategy decides the exchange),
+chaining controls, ``configure(Configuration)``, ``execute_async`` with its ``JobClient``,
+``execute_and_collect(limit)`` on an unbounded job, Python files shipped to Spark's workers,
+``get_execution_plan()``, and clear errors for what keyspan does not support."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from keyspan.common import Configuration, JobStatus
+from keyspan.datastream import (
+    EmbeddedRocksDBStateBackend,
+    FsStateBackend,
+    KeyedProcessFunction,
+    MapFunction,
+    Partitioner,
+    StreamExecutionEnvironment,
+)
+from keyspan.datastream.execution_mode import RuntimeExecutionMode
+from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.runtime.planner import compile_graph
+
+
+class WhereAmI(MapFunction):
+    def open(self, runtime_context):
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def map(self, value):
+        return self.subtask, value
+
+
+class Modulo(Partitioner):
+    def partition(self, key, num_partitions):
+        return key % num_partitions
+
+
+def _placed(env, stream):
+    return list(stream.map(WhereAmI()).set_parallelism(3).execute_and_collect())
+
+
+def test_partitioning_decides_which_subtask_gets_each_record(env):
+    values = list(range(30))
+    custom = _placed(env, env.from_collection(values).partition_custom(Modulo(), lambda v: v))
+    assert sorted(custom, key=lambda p: p[1]) == [(v % 3, v) for v in values]
+
+    env2 = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    broadcast = _placed(env2, env2.from_collection(values).broadcast())
+    assert Counter(broadcast) == Counter((s, v) for s in range(3) for v in values)
+
+    for strategy in ("rebalance", "rescale", "shuffle"):
+        e = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+        placed = _placed(e, getattr(e.from_collection(values), strategy)())
+        assert sorted(v for _, v in placed) == values, strategy
+        if strategy != "shuffle":  # round robin: an even spread
+            assert sorted(Counter(s for s, _ in placed).values()) == [10, 10, 10], strategy
+        else:
+            assert {s for s, _ in placed} <= {0, 1, 2}
+
+
+def test_a_partitioner_out_of_range_is_reported_with_the_operator(env):
+    stream = env.from_collection([1, 2]).name("numbers").partition_custom(lambda k, n: n + 5, lambda v: v)
+    with pytest.raises(Exception, match="partition_custom's partitioner returned 8"):
+        stream.map(lambda v: v).set_parallelism(3).execute_and_collect()
+
+
+def test_forward_refuses_a_parallelism_change_and_chaining_controls_cut_stages():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.from_collection([1]).forward().map(lambda v: v).set_parallelism(3).print()
+    with pytest.raises(ValueError, match="Forward partitioning does not allow change of parallelism"):
+        compile_graph(env.get_transformations(), 2, 128)
+
+    def stages(build, chaining=True):
+        e = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+        build(e)
+        return len(compile_graph(e.get_transformations(), 2, 128, chaining=chaining).stages)
+
+    chain = lambda e: e.from_collection([1]).map(lambda v: v).filter(bool).print()  # noqa: E731
+    assert stages(chain) == 1
+    assert stages(chain, chaining=False) == 4
+    assert stages(lambda e: e.from_collection([1]).map(lambda v: v).start_new_chain().filter(bool).print()) == 2
+    assert stages(lambda e: e.from_collection([1]).map(lambda v: v).disable_chaining().filter(bool).print()) == 3
+    assert stages(lambda e: e.from_collection([1]).forward().map(lambda v: v).print()) == 1
+
+
+def test_configure_reads_supported_keys(tmp_path):
+    config = Configuration()
+    config.set_string("parallelism.default", "3")
+    config.set_string("pipeline.max-parallelism", "64")
+    config.set_string("execution.checkpointing.interval", "10 s")
+    config.set_string("execution.checkpointing.min-pause", "500 ms")
+    config.set_string("state.backend.type", "rocksdb")
+    config.set_string("state.checkpoints.dir", f"file://{tmp_path}/cp")
+    config.set_string("execution.runtime-mode", "batch")
+    config.set_string("pipeline.jars", "file:///a.jar;file:///b.jar")
+    config.set_string("some.other.key", "ignored")
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    assert env.get_parallelism() == 3 and env.get_max_parallelism() == 64
+    cp = env.get_checkpoint_config()
+    assert cp.get_checkpoint_interval() == 10_000 and cp.get_min_pause_between_checkpoints() == 500
+    assert isinstance(env.get_state_backend(), EmbeddedRocksDBStateBackend)
+    assert cp.get_checkpoint_storage_dir() == f"file://{tmp_path}/cp"
+    assert env.get_runtime_mode() == RuntimeExecutionMode.BATCH
+    assert env.get_python_dependencies().jars == ["file:///a.jar", "file:///b.jar"]
+    bad = Configuration().set_string("execution.checkpointing.interval", "soon")
+    with pytest.raises(ValueError, match="execution.checkpointing.interval"):
+        env.configure(bad)
+    env.set_state_backend(FsStateBackend(f"file://{tmp_path}/legacy"))
+    assert cp.get_checkpoint_storage_dir() == f"file://{tmp_path}/legacy"
+
+
+class Count(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.n = runtime_context.get_state(ValueStateDescriptor("n"))
+
+    def process_element(self, value, ctx):
+        self.n.update((self.n.value() or 0) + 1)
+        yield ctx.get_current_key(), self.n.value()
+
+
+def _rate_job(spark, env):
+    env.enable_checkpointing(200)
+    rows = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+    return env.from_spark(rows, "rate").key_by(lambda r: r.value % 4).process(Count()).uid("count")
+
+
+def test_execute_async_job_client_savepoints_and_stop(workdir, spark):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    _rate_job(spark, env).print()
+    client = env.execute_async("async-job")
+    assert str(client.get_job_id()) == client.get_job_id().to_hex_string()
+    savepoint = client.trigger_savepoint().result(timeout=180)
+    assert Path(savepoint.removeprefix("file://"), "_metadata.json").exists()
+    assert client.get_job_status().result() == JobStatus.RUNNING
+    stopped_at = client.stop_with_savepoint(False).result(timeout=180)
+    assert Path(stopped_at.removeprefix("file://"), "_metadata.json").exists() and stopped_at != savepoint
+    client.get_job_execution_result().result(timeout=60)
+    assert client.get_job_status().result() == JobStatus.FINISHED
+
+
+def test_execute_and_collect_with_limit_returns_on_an_unbounded_job(workdir, spark):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    started = time.time()
+    first = _rate_job(spark, env).execute_and_collect("collect-some", limit=7)
+    assert len(first) == 7 and all(isinstance(k, int) and n >= 1 for k, n in first)
+    assert time.time() - started < 120
+
+
+def test_add_python_file_ships_a_module_to_the_workers(env, tmp_path):
+    module = tmp_path / "deps" / "ks_shipped_helper.py"
+    module.parent.mkdir()
+    module.write_text("OFFSET = 1000\n")
+    env.add_python_file(str(module))
+    # the driver cannot import the module (not on its path): only the workers can, through Spark
+    with pytest.raises(ImportError):
+        __import__("ks_shipped_helper")
+    out = env.from_collection([1, 2, 3]).map(lambda v: __import__("ks_shipped_helper").OFFSET + v).execute_and_collect()
+    assert sorted(out) == [1001, 1002, 1003]
+
+
+def test_execution_plan_is_flink_shaped_json():
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    a = env.from_collection([1]).rebalance().map(lambda v: v).uid("m")
+    a.key_by(lambda v: v).process(Count()).print()
+    plan = json.loads(env.get_execution_plan())
+    nodes = {n["contents"]: n for n in plan["nodes"]}
+    assert nodes["Collection Source"]["pact"] == "Data Source"
+    assert nodes["Map"]["predecessors"][0]["ship_strategy"] == "REBALANCE" and nodes["Map"]["uid"] == "m"
+    assert nodes["KeyedProcess"]["predecessors"][0]["ship_strategy"] == "HASH"
+
+
+def test_unsupported_pyflink_names_say_what_to_use_instead():
+    with pytest.raises(ImportError, match="not supported by keyspan: the Table API.*env.from_spark"):
+        from keyspan.table import StreamTableEnvironment  # noqa: F401
+    with pytest.raises(ImportError, match="not supported by keyspan: keyspan.datastream.AsyncFunction"):
+        from keyspan.datastream import AsyncFunction  # noqa: F401
+    with pytest.raises(ImportError, match="SourceFunction.*from_source"):
+        from keyspan.datastream import SourceFunction  # noqa: F401
+    env = StreamExecutionEnvironment.get_execution_environment()
+    with pytest.raises(NotImplementedError, match="not supported by keyspan: add_source"):
+        env.add_source(object())
