@@ -54,6 +54,7 @@ class ExitSpec:
     consumer_stage: int | None = None
     consumer_parallelism: int = 1
     key_selector: Any = None
+    consumer: str = ""  # the consumer operator, named in errors: "'name' (uid …)"
 
 
 @dataclass
@@ -71,6 +72,7 @@ class OpSpec:
     origins: list = field(default_factory=list)  # uids of the watermark origins upstream (event_time.py)
     watermark_strategy: Any = None  # for a watermark origin that assigns timestamps
     split: int | None = None  # an origin's split: 0 in a source stage (one per source), else the subtask
+    error_policy: Any = None  # a source's ErrorPolicy when its records may carry DeadLetters
 
 
 @dataclass
@@ -249,6 +251,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy
             op.split = 0 if stage.source is not None else None
+        if kind == OperatorKind.SOURCE and not getattr(getattr(t.spec, "error_policy", None), "fails", True):
+            op.error_policy = t.spec.error_policy
         if kind in BROADCAST_KINDS:
             op.broadcast_descriptors = list(t.spec)
         if kind == OperatorKind.SINK:
@@ -317,7 +321,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             else:
                 kind = ExitKind.KEYED if keyed(c) else ExitKind.REBALANCE
             exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
-                                 c.key_selector if kind == ExitKind.KEYED else None)
+                                 c.key_selector if kind == ExitKind.KEYED else None,
+                                 consumer=f"'{c.name}' (uid {uids[c.id][0]})")
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))
