@@ -434,7 +434,7 @@ class CsvRowSerializationSchema(SerializationSchema):
                 self.dialect.null_literal if v is None else str(_scalar(v)) for v in value)
         if isinstance(value, bool):
             return "true" if value else "false"
-        return str(_scalar(value))
+        return str(value) if isinstance(value, decimal.Decimal) else str(_scalar(value))
 
     class Builder:
         def __init__(self, type_info):
