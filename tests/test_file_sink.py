@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -126,3 +133,79 @@ def test_parquet_bulk_sink_is_readable_by_pyarrow(env, tmp_path):
     rows = [r for f in files for r in pq.read_table(tmp_path / "pq" / f).to_pylist()]
     assert pq.read_table(tmp_path / "pq" / files[0]).schema.field("amount").type == "int64"
     assert sorted(rows, key=lambda r: r["amount"]) == [r.as_dict() for r in data]
+
+
+# --- exactly-once after SIGKILL ---------------------------------------------------------------------
+
+BUCKETED_JOB = Path(__file__).parent / "jobs" / "bucketed_sink_job.py"
+
+
+def _run_bucketed(workdir: Path, output: Path, extra=()):
+    env = dict(os.environ, BUCKETED_JOB_OUTPUT=str(output))
+    cmd = [sys.executable, "-m", "keyspan", "run", str(BUCKETED_JOB), "--workdir", str(workdir), "--no-progress", *extra]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _committed(workdir: Path) -> int:
+    db = workdir / "keyspan.db"
+    if not db.exists():
+        return -1
+    try:
+        with sqlite3.connect(db, timeout=5) as c:
+            row = c.execute("select max(epoch) from checkpoints").fetchone()
+            return -1 if row[0] is None else row[0]
+    except sqlite3.Error:
+        return -1
+
+
+def _layout(output: Path) -> dict[tuple[str, int, int], list[str]]:
+    """(bucket, epoch, subtask) → sorted lines of its part files; checks the rolling rule on the way."""
+    groups: dict[tuple[str, int, int], list[tuple[int, bytes]]] = {}
+    for path, content in _published(output).items():
+        bucket, name = path.split("/")
+        assert name.startswith("counts-") and name.endswith(".jsonl"), name
+        parts = name[:-len(".jsonl")].split("-")
+        groups.setdefault((bucket, int(parts[1]), int(parts[2])), []).append((int(parts[3]) if len(parts) == 4 else 0,
+                                                                               content))
+    out = {}
+    for key, files in groups.items():
+        files.sort()
+        assert [n for n, _ in files] == list(range(len(files))), (key, files)
+        assert all(len(c) >= 400 for _, c in files[:-1]), key  # rolled only once 400 bytes were reached
+        out[key] = sorted(line for _, c in files for line in c.decode().splitlines())
+    return out
+
+
+def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path):
+    clean = _run_bucketed(tmp_path / "clean", tmp_path / "clean-out", ["--fresh"])
+    _, err = clean.communicate(timeout=600)
+    assert clean.returncode == 0, err[-3000:]
+    reference = _layout(tmp_path / "clean-out")
+    assert {b for b, _, _ in reference} == {"class=0", "class=1", "class=2"}
+    assert len({e for _, e, _ in reference}) >= 10  # 2400 records, 150 per epoch
+    assert sum(len(v) for v in reference.values()) == 2400
+
+    rng = random.Random(int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30))))
+    work, out = tmp_path / "crashy", tmp_path / "crashy-out"
+    kills = 0
+    for _ in range(8):
+        proc = _run_bucketed(work, out)
+        if kills < 2:
+            target = _committed(work) + rng.randint(1, 3)
+            deadline = time.time() + 180
+            while proc.poll() is None and _committed(work) < target and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, 0.5))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                # only committed epochs are visible
+                assert all(e <= _committed(work) for _, e, _ in _layout(out))
+                continue
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        break
+    assert kills == 2, "the job finished before it could be killed twice"
+    assert _layout(out) == reference

@@ -22,10 +22,12 @@ def test_pyflink_import_paths_resolve():
     names = {
         "keyspan.common.serialization": ["SimpleStringSchema", "JsonRowSerializationSchema", "Encoder",
                                          "JsonRowDeserializationSchema", "CsvRowSerializationSchema",
-                                         "CsvRowDeserializationSchema", "SerializationSchema", "DeserializationSchema"],
+                                         "CsvRowDeserializationSchema", "SerializationSchema", "DeserializationSchema",
+                                         "AvroRowSerializationSchema", "AvroRowDeserializationSchema"],
         "keyspan.datastream.formats.json": ["JsonRowSerializationSchema", "JsonRowDeserializationSchema"],
         "keyspan.datastream.formats.csv": ["CsvRowSerializationSchema", "CsvRowDeserializationSchema"],
         "keyspan.datastream.formats.parquet": ["ParquetBulkWriters"],
+        "keyspan.datastream.formats.avro": ["AvroRowSerializationSchema", "AvroRowDeserializationSchema"],
         "keyspan.datastream.connectors": ["FileSource", "FileSink", "StreamFormat", "OutputFileConfig", "RollingPolicy",
                                           "BucketAssigner", "NumberSequenceSource", "FileSourceBuilder", "Source"],
         "keyspan.datastream.connectors.file_system": ["FileSource", "FileSink", "RollingPolicy", "BucketAssigner",
@@ -156,3 +158,20 @@ def test_number_sequence_source(env):
     assert sorted(results) == [x * 2 for x in range(5, 5005)]
     with pytest.raises(ValueError, match="end"):
         NumberSequenceSource(3, 2)
+
+
+def test_avro_row_schemas_round_trip_typed_rows():
+    from keyspan.datastream.formats.avro import AvroRowDeserializationSchema, AvroRowSerializationSchema
+
+    schema = ('{"type": "record", "name": "Order", "fields": [{"name": "user", "type": "string"}, '
+              '{"name": "amount", "type": "long"}, {"name": "tags", "type": {"type": "array", "items": "string"}}, '
+              '{"name": "address", "type": ["null", {"type": "record", "name": "Address", '
+              '"fields": [{"name": "city", "type": "string"}]}]}]}')
+    record = Row(user="ann", amount=3, tags=["a"], address=Row(city="Oslo"))
+    data = AvroRowSerializationSchema(avro_schema_string=schema).serialize(record)
+    back = AvroRowDeserializationSchema(avro_schema_string=schema).deserialize(data)
+    assert back == record and back.address.city == "Oslo"
+    with pytest.raises(ParseError, match="Avro schema Order"):
+        AvroRowDeserializationSchema(avro_schema_string=schema).deserialize(data[:3])
+    with pytest.raises(ValueError, match="not supported by keyspan"):
+        AvroRowSerializationSchema(record_class="com.example.Order")
