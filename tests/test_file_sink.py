@@ -177,6 +177,7 @@ def _layout(output: Path) -> dict[tuple[str, int, int], list[str]]:
     return out
 
 
+@pytest.mark.timeout(1800)  # three driver start-ups on a shared 2-core machine
 def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path):
     clean = _run_bucketed(tmp_path / "clean", tmp_path / "clean-out", ["--fresh"])
     _, err = clean.communicate(timeout=600)
