@@ -7,18 +7,16 @@ origin (file and line, or partition and offset), the reason and the first 200 by
 it to the side output ``tag``, which the job reads with ``source_stream.get_side_output(tag)`` and
 can write anywhere (e.g. a ``FileSink``: exactly-once like any other output).
 
-A source reader (running in a Spark task) writes::
+A source keeps its policy in an ``error_policy`` attribute (the planner looks for it) and makes a
+handler on the driver, ``poison = policy.handler(source_name)``; its reader (in a Spark task) writes::
 
-    poison = policy.handler(source_name)
     try:
-        record = schema.deserialize(raw)
-    except Exception as exc:
-        record = poison(raw, f"{path}:{line}", str(exc))   # raises, or returns a DeadLetter
-        if record is None:
-            continue
+        record = schema.parse(raw)                       # ParseError on a bad message
+    except ParseError as exc:
+        record = poison(raw, f"partition {p} offset {o}", str(exc))  # raises, or returns a DeadLetter
     records.append(record)
 
-and the source's operator routes the ``DeadLetter`` items it finds among its records."""
+and the source's operator counts the ``DeadLetter`` items among its records and routes them."""
 
 from __future__ import annotations
 

@@ -251,8 +251,9 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy
             op.split = 0 if stage.source is not None else None
-        if kind == OperatorKind.SOURCE and not getattr(getattr(t.spec, "error_policy", None), "fails", True):
-            op.error_policy = t.spec.error_policy
+        policy = getattr(t.spec, "error_policy", None) if kind == OperatorKind.SOURCE else None
+        if policy is not None and not policy.fails:
+            op.error_policy = policy
         if kind in BROADCAST_KINDS:
             op.broadcast_descriptors = list(t.spec)
         if kind == OperatorKind.SINK:
