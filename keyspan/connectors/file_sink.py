@@ -86,7 +86,7 @@ def java_date_format(pattern: str) -> str:
 class BucketAssigner:
     """Decides the bucket (a sub-directory of the base path) of each record. Subclass it and implement
     ``get_bucket_id(element, context)`` for buckets by content (a keyspan extension); ``context``
-    has ``current_processing_time()`` and ``timestamp()`` (the record's event time or None)."""
+    has ``current_processing_time()``."""
 
     def get_bucket_id(self, element, context) -> str:
         raise NotImplementedError
@@ -141,14 +141,8 @@ def _zone(timezone_id: str):
 class BucketContext:
     """What a bucket assigner may ask about the record being written."""
 
-    def __init__(self, cell):
-        self._cell = cell
-
     def current_processing_time(self) -> int:
         return int(time.time() * 1000)
-
-    def timestamp(self):
-        return self._cell[0] if self._cell else None
 
 
 # --- rolling policies ------------------------------------------------------------------------------
@@ -323,8 +317,8 @@ class FileSink:
     def storage(self) -> Storage:
         return Storage(self.base_path, self.storage_options)
 
-    def create_writer(self, subtask: int, epoch: int, token: str, cell=None) -> "FileSinkWriter":
-        return FileSinkWriter(self, subtask, epoch, token, cell)
+    def create_writer(self, subtask: int, epoch: int, token: str) -> "FileSinkWriter":
+        return FileSinkWriter(self, subtask, epoch, token)
 
     def final_name(self, bucket: str, epoch: int, subtask: int, n: int = 0) -> str:
         cfg = self.output_file_config
@@ -352,13 +346,13 @@ class FileSink:
 class FileSinkWriter:
     """One subtask's output of one epoch: an open part file per bucket, staged as it rolls."""
 
-    def __init__(self, sink: FileSink, subtask: int, epoch: int, token: str, cell=None):
+    def __init__(self, sink: FileSink, subtask: int, epoch: int, token: str):
         self._sink = sink
         self._subtask = subtask
         self._epoch = epoch
         self._token = token
         self._assign = sink.bucket_assigner.get_bucket_id
-        self._context = BucketContext(cell)
+        self._context = BucketContext()
         self._policy = sink.rolling_policy
         self._rolls = type(self._policy).should_roll is not RollingPolicy.should_roll
         self._open: dict[str, tuple] = {}  # bucket → (part, opened at ms)

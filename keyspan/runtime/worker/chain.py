@@ -182,7 +182,7 @@ class OperatorChain:
                 pe(value, ctx)
             return process
         if kind == OperatorKind.SINK:
-            writer = op.sink.create_writer(self.subtask, self.ctx.epoch, self.token, self.ts_cell)
+            writer = op.sink.create_writer(self.subtask, self.ctx.epoch, self.token)
             self.sink_writers[op.index] = writer
             return writer.write
         if kind == OperatorKind.DRIVER_SINK:
