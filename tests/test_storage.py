@@ -283,7 +283,7 @@ def test_file_sink_two_phases_and_republish_after_crash_on_s3(s3):
     writer = sink.create_writer(1, 7, "tok")
     writer.write("a")
     writer.write("b")
-    handle = writer.finish()
+    [handle] = writer.finish()
     # staged only: nothing visible under a final name before the checkpoint commits
     assert _keys(s3, p + "/") == [f"{p}/.staging/e0000000007-s0001-tok"]
     assert Storage(f"s3://{s3.bucket}/{p}").list() == [".staging"]
@@ -301,7 +301,7 @@ def test_file_sink_two_phases_and_republish_after_crash_on_s3(s3):
     # a discarded (uncommitted) epoch leaves nothing
     other = sink.create_writer(0, 8, "tok2")
     other.write("z")
-    sink.discard([other.finish()])
+    sink.discard(other.finish())
     assert _keys(s3, p + "/") == [f"{p}/part-0000000007-0001"]
 
 

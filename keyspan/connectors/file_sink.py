@@ -1,9 +1,14 @@
-"""A transactional row-format file sink (``FileSink.for_row_format``), exactly-once by two phases:
-each task stages its epoch output under ``.staging/``; the driver renames staged files to their
-final names only after the epoch's checkpoint committed. Renaming is idempotent, so publishing
-again after a crash neither loses nor duplicates a file — also on an object store (``s3://``),
-where a rename is a copy and a delete: publishing again after a crash between the two copies the
-staged file over the identical final one and then deletes it.
+"""A transactional file sink (``FileSink.for_row_format`` / ``for_bulk_format``), exactly-once by two
+phases: each task stages its epoch's part files under ``.staging/``; the driver renames them to their
+final names only after the epoch's checkpoint committed. Renaming is idempotent, so publishing again
+after a crash neither loses nor duplicates a file — also on an object store (``s3://``), where a
+rename is a copy and a delete: publishing again after a crash between the two copies the staged file
+over the identical final one and then deletes it.
+
+Layout, as Flink's: ``<base>/<bucket id>/<prefix>-<epoch>-<subtask>[-<n>]<suffix>``. The bucket
+assigner decides a bucket per record (default: the base path itself); the rolling policy closes a
+part file when it reaches ``part_size`` bytes or has been open ``rollover_interval`` ms, and every
+part file closes at the end of its epoch (the checkpoint), when it becomes visible.
 
 The base path is any URI the checkpoint ``Storage`` supports; ``storage_options`` (a keyspan
 extension) configure its fsspec file system, e.g. s3fs's ``endpoint_url``/``key``/``secret``."""
@@ -11,6 +16,9 @@ extension) configure its fsspec file system, e.g. s3fs's ``endpoint_url``/``key`
 from __future__ import annotations
 
 import posixpath
+import re
+import time
+from datetime import datetime
 
 from keyspan.io.storage import Storage
 from keyspan.common.serialization import Encoder
@@ -19,6 +27,8 @@ STAGING = ".staging"
 
 
 class OutputFileConfig:
+    """Part file name prefix and suffix: ``<prefix>-<epoch>-<subtask>[-<n>]<suffix>``."""
+
     def __init__(self, part_prefix: str = "part", part_suffix: str = ""):
         self.part_prefix = part_prefix
         self.part_suffix = part_suffix
@@ -35,51 +45,233 @@ class OutputFileConfig:
 
     class OutputFileConfigBuilder:
         def __init__(self):
-            self._prefix = "part"
-            self._suffix = ""
+            self.part_prefix = "part"
+            self.part_suffix = ""
 
         def with_part_prefix(self, prefix: str):
-            self._prefix = prefix
+            self.part_prefix = prefix
             return self
 
         def with_part_suffix(self, suffix: str):
-            self._suffix = suffix
+            self.part_suffix = suffix
             return self
 
         def build(self) -> "OutputFileConfig":
-            return OutputFileConfig(self._prefix, self._suffix)
+            return OutputFileConfig(self.part_prefix, self.part_suffix)
 
+
+# --- bucket assigners ------------------------------------------------------------------------------
+
+_JAVA_DATE_TOKENS = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S",
+                     "DDD": "%j", "EEE": "%a", "MMM": "%b"}
+_JAVA_DATE_PATTERN = re.compile("'([^']*)'|" + "|".join(sorted(map(re.escape, _JAVA_DATE_TOKENS), key=len, reverse=True)))
+
+
+def java_date_format(pattern: str) -> str:
+    """A Java ``DateTimeFormatter`` pattern (``yyyy-MM-dd--HH``) as a ``strftime`` format."""
+    def token(m):
+        if m.group(1) is not None:
+            return m.group(1).replace("%", "%%")
+        return _JAVA_DATE_TOKENS[m.group(0)]
+
+    out, pos = [], 0
+    for m in _JAVA_DATE_PATTERN.finditer(pattern):
+        out.append(pattern[pos:m.start()].replace("%", "%%"))
+        out.append(token(m))
+        pos = m.end()
+    out.append(pattern[pos:].replace("%", "%%"))
+    return "".join(out)
+
+
+class BucketAssigner:
+    """Decides the bucket (a sub-directory of the base path) of each record. Subclass it and implement
+    ``get_bucket_id(element, context)`` for buckets by content (a keyspan extension); ``context``
+    has ``current_processing_time()``."""
+
+    def get_bucket_id(self, element, context) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def base_path_bucket_assigner() -> "BucketAssigner":
+        """Every record in the base path itself."""
+        return BasePathBucketAssigner()
+
+    @staticmethod
+    def date_time_bucket_assigner(format_str: str = "yyyy-MM-dd--HH", timezone_id: str | None = None):
+        """Buckets by the wall-clock time a record is written, formatted with a Java date pattern
+        (``yyyy-MM-dd--HH``: one bucket per hour), in ``timezone_id`` (default: the local zone)."""
+        return DateTimeBucketAssigner(format_str, timezone_id)
+
+
+class BasePathBucketAssigner(BucketAssigner):
+    def get_bucket_id(self, element, context) -> str:
+        return ""
+
+
+class DateTimeBucketAssigner(BucketAssigner):
+    def __init__(self, format_str: str = "yyyy-MM-dd--HH", timezone_id: str | None = None):
+        self.format_str = format_str
+        self.timezone_id = timezone_id
+        self._strftime = java_date_format(format_str)
+        if timezone_id is not None:
+            _zone(timezone_id)  # a bad zone fails here, on the driver
+
+    def get_bucket_id(self, element, context) -> str:
+        zone = _zone(self.timezone_id) if self.timezone_id else None
+        moment = datetime.fromtimestamp(context.current_processing_time() / 1000, zone)
+        return moment.strftime(self._strftime)
+
+
+def _zone(timezone_id: str):
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(timezone_id)
+    except (ZoneInfoNotFoundError, ValueError):
+        m = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?", timezone_id)
+        if not m:
+            raise ValueError(f"date_time_bucket_assigner: unknown time zone '{timezone_id}' (use an IANA name "
+                             "such as 'America/Los_Angeles' or an offset such as 'GMT-08:00')") from None
+        from datetime import timedelta, timezone
+
+        minutes = int(m.group(2)) * 60 + int(m.group(3) or 0)
+        return timezone(timedelta(minutes=minutes if m.group(1) == "+" else -minutes))
+
+
+class BucketContext:
+    """What a bucket assigner may ask about the record being written."""
+
+    def current_processing_time(self) -> int:
+        return int(time.time() * 1000)
+
+
+# --- rolling policies ------------------------------------------------------------------------------
+
+class RollingPolicy:
+    """When an open part file closes and the next one starts. Every part file also closes at the end
+    of its epoch, since output becomes visible only when the epoch's checkpoint commits."""
+
+    part_size: int | None = None
+    rollover_interval: int | None = None
+
+    def should_roll(self, size: int, opened_ms: int, now_ms: int) -> bool:
+        return False
+
+    @staticmethod
+    def default_rolling_policy(part_size: int = 1024 * 1024 * 128, rollover_interval: int = 60 * 1000,
+                               inactivity_interval: int = 60 * 1000) -> "DefaultRollingPolicy":
+        return DefaultRollingPolicy(part_size, rollover_interval, inactivity_interval)
+
+    @staticmethod
+    def on_checkpoint_rolling_policy() -> "OnCheckpointRollingPolicy":
+        return OnCheckpointRollingPolicy()
+
+
+class DefaultRollingPolicy(RollingPolicy):
+    """Rolls before a record when the part file holds ``part_size`` bytes or more, or has been open
+    ``rollover_interval`` ms. ``inactivity_interval`` is accepted: a part file never outlives its epoch."""
+
+    def __init__(self, part_size: int, rollover_interval: int, inactivity_interval: int):
+        if part_size <= 0 or rollover_interval <= 0 or inactivity_interval <= 0:
+            raise ValueError("default_rolling_policy: part_size, rollover_interval and inactivity_interval "
+                             "must be positive")
+        self.part_size = part_size
+        self.rollover_interval = rollover_interval
+        self.inactivity_interval = inactivity_interval
+
+    def should_roll(self, size, opened_ms, now_ms):
+        return size >= self.part_size or now_ms - opened_ms >= self.rollover_interval
+
+
+class OnCheckpointRollingPolicy(RollingPolicy):
+    """One part file per bucket, subtask and epoch."""
+
+
+# --- writers of one part file ----------------------------------------------------------------------
+
+class BulkWriterFactory:
+    """Writes a whole part file at once from its records (``for_bulk_format``); ``encode(records)``
+    returns the file's bytes."""
+
+    def encode(self, records: list) -> bytes:
+        raise NotImplementedError
+
+
+class _RowPart:
+    def __init__(self, encoder: Encoder):
+        self._encode = encoder.encode
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, value):
+        data = self._encode(value)
+        self.parts.append(data)
+        self.size += len(data)
+
+    def close(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class _BulkPart:
+    def __init__(self, factory: BulkWriterFactory):
+        self._factory = factory
+        self.records: list = []
+        self.size = 0  # unknown until written: bulk formats roll on checkpoints only
+
+    def add(self, value):
+        self.records.append(value)
+
+    def close(self) -> bytes:
+        return self._factory.encode(self.records)
+
+
+# --- the sink --------------------------------------------------------------------------------------
 
 class FileSink:
     name = "File Sink"
     runs_in_task = True
 
-    def __init__(self, base_path: str, encoder: Encoder, output_file_config: OutputFileConfig | None = None,
-                 storage_options: dict | None = None):
+    def __init__(self, base_path: str, encoder: Encoder | None = None, output_file_config: OutputFileConfig | None = None,
+                 storage_options: dict | None = None, bucket_assigner: BucketAssigner | None = None,
+                 rolling_policy: RollingPolicy | None = None, bulk_writer: BulkWriterFactory | None = None):
         self.base_path = base_path
         self.encoder = encoder
+        self.bulk_writer = bulk_writer
         self.output_file_config = output_file_config or OutputFileConfig()
         self.storage_options = dict(storage_options or {})
+        self.bucket_assigner = bucket_assigner or BasePathBucketAssigner()
+        # Flink's defaults: row formats roll by size and age, bulk formats on checkpoints
+        self.rolling_policy = rolling_policy or (OnCheckpointRollingPolicy() if bulk_writer is not None
+                                                 else RollingPolicy.default_rolling_policy())
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> "FileSink.RowFormatBuilder":
         return FileSink.RowFormatBuilder(base_path, encoder)
 
-    class RowFormatBuilder:
-        def __init__(self, base_path: str, encoder: Encoder):
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> "FileSink.BulkFormatBuilder":
+        return FileSink.BulkFormatBuilder(base_path, writer_factory)
+
+    class _Builder:
+        def __init__(self, base_path: str):
             self._base_path = base_path
-            self._encoder = encoder
             self._config = OutputFileConfig()
             self._storage_options: dict = {}
+            self._assigner = None
+            self._policy = None
 
         def with_output_file_config(self, output_file_config: OutputFileConfig):
             self._config = output_file_config
             return self
 
-        def with_bucket_assigner(self, _assigner):
+        def with_bucket_assigner(self, bucket_assigner: BucketAssigner):
+            if not isinstance(bucket_assigner, BucketAssigner):
+                raise TypeError(f"with_bucket_assigner needs a BucketAssigner, got {bucket_assigner!r}")
+            self._assigner = bucket_assigner
             return self
 
-        def with_rolling_policy(self, _policy):
+        def with_bucket_check_interval(self, interval: int):
+            """Accepted: part files are checked for rolling on every record and closed at every epoch."""
             return self
 
         def with_storage_options(self, storage_options: dict):
@@ -88,8 +280,39 @@ class FileSink:
             self._storage_options = dict(storage_options)
             return self
 
+    class RowFormatBuilder(_Builder):
+        def __init__(self, base_path: str, encoder: Encoder):
+            super().__init__(base_path)
+            self._encoder = encoder
+
+        def with_rolling_policy(self, rolling_policy: RollingPolicy):
+            if not isinstance(rolling_policy, RollingPolicy):
+                raise TypeError(f"with_rolling_policy needs a RollingPolicy, got {rolling_policy!r}")
+            self._policy = rolling_policy
+            return self
+
         def build(self) -> "FileSink":
-            return FileSink(self._base_path, self._encoder, self._config, self._storage_options)
+            return FileSink(self._base_path, self._encoder, self._config, self._storage_options, self._assigner,
+                            self._policy)
+
+    class BulkFormatBuilder(_Builder):
+        def __init__(self, base_path: str, writer_factory: BulkWriterFactory):
+            super().__init__(base_path)
+            if not isinstance(writer_factory, BulkWriterFactory):
+                raise TypeError(f"for_bulk_format needs a BulkWriterFactory (e.g. ParquetBulkWriters.for_row_type), "
+                                f"got {writer_factory!r}")
+            self._factory = writer_factory
+
+        def with_rolling_policy(self, rolling_policy: RollingPolicy):
+            if not isinstance(rolling_policy, OnCheckpointRollingPolicy):
+                raise TypeError("a bulk-format FileSink rolls on checkpoints only: use "
+                                "RollingPolicy.on_checkpoint_rolling_policy()")
+            self._policy = rolling_policy
+            return self
+
+        def build(self) -> "FileSink":
+            return FileSink(self._base_path, None, self._config, self._storage_options, self._assigner,
+                            self._policy, bulk_writer=self._factory)
 
     def storage(self) -> Storage:
         return Storage(self.base_path, self.storage_options)
@@ -97,9 +320,13 @@ class FileSink:
     def create_writer(self, subtask: int, epoch: int, token: str) -> "FileSinkWriter":
         return FileSinkWriter(self, subtask, epoch, token)
 
-    def final_name(self, epoch: int, subtask: int) -> str:
+    def final_name(self, bucket: str, epoch: int, subtask: int, n: int = 0) -> str:
         cfg = self.output_file_config
-        return f"{cfg.part_prefix}-{epoch:010d}-{subtask:04d}{cfg.part_suffix}"
+        rolled = f"-{n}" if n else ""
+        return posixpath.join(bucket, f"{cfg.part_prefix}-{epoch:010d}-{subtask:04d}{rolled}{cfg.part_suffix}")
+
+    def new_part(self):
+        return _BulkPart(self.bulk_writer) if self.bulk_writer is not None else _RowPart(self.encoder)
 
     def publish(self, handles: list[dict]) -> None:
         storage = self.storage()
@@ -117,20 +344,44 @@ class FileSink:
 
 
 class FileSinkWriter:
+    """One subtask's output of one epoch: an open part file per bucket, staged as it rolls."""
+
     def __init__(self, sink: FileSink, subtask: int, epoch: int, token: str):
-        self._encode = sink.encoder.encode
         self._sink = sink
         self._subtask = subtask
         self._epoch = epoch
         self._token = token
-        self._parts: list[bytes] = []
+        self._assign = sink.bucket_assigner.get_bucket_id
+        self._context = BucketContext()
+        self._policy = sink.rolling_policy
+        self._rolls = type(self._policy).should_roll is not RollingPolicy.should_roll
+        self._open: dict[str, tuple] = {}  # bucket → (part, opened at ms)
+        self._counts: dict[str, int] = {}  # bucket → part files started this epoch
+        self._handles: list[dict] = []
 
     def write(self, value) -> None:
-        self._parts.append(self._encode(value))
+        bucket = self._assign(value, self._context)
+        current = self._open.get(bucket)
+        if current is not None and self._rolls:
+            now = int(time.time() * 1000)
+            if self._policy.should_roll(current[0].size, current[1], now):
+                self._close(bucket)
+                current = None
+        if current is None:
+            current = self._open[bucket] = (self._sink.new_part(), int(time.time() * 1000))
+        current[0].add(value)
 
-    def finish(self) -> dict | None:
-        if not self._parts:
-            return None
-        staged = posixpath.join(STAGING, f"e{self._epoch:010d}-s{self._subtask:04d}-{self._token}")
-        self._sink.storage().write(staged, b"".join(self._parts))
-        return {"staged": staged, "final": self._sink.final_name(self._epoch, self._subtask)}
+    def _close(self, bucket: str) -> None:
+        part, _ = self._open.pop(bucket)
+        n = self._counts.get(bucket, 0)
+        self._counts[bucket] = n + 1
+        staged = posixpath.join(STAGING, f"e{self._epoch:010d}-s{self._subtask:04d}-{self._token}"
+                                + (f"-{len(self._handles)}" if self._handles else ""))
+        self._sink.storage().write(staged, part.close())
+        self._handles.append({"staged": staged, "final": self._sink.final_name(bucket, self._epoch, self._subtask, n)})
+
+    def finish(self) -> list[dict]:
+        """The staged part files of this epoch (published when its checkpoint commits)."""
+        for bucket in list(self._open):
+            self._close(bucket)
+        return self._handles

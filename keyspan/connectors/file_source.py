@@ -1,4 +1,5 @@
-"""A file source over a directory of text, JSON-lines, CSV or Parquet files.
+"""A file source over a directory of text, JSON-lines, CSV or Parquet files, or lines read by a
+deserialization schema. Records a format cannot read follow the source's ``ErrorPolicy``.
 
 Offsets count files in name order, so an epoch is a set of whole files and replays exactly.
 Bounded by default (the files present at start); ``monitor_continuously`` keeps picking up new
@@ -16,10 +17,15 @@ import pyarrow as pa
 
 from keyspan.io.storage import Storage
 from keyspan.common.types import Row
+from keyspan.common.serialization import ParseError
+from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch
 
 
 class StreamFormat:
+    """How a file's bytes become records. Every format reads record by record where it can, so a
+    record it cannot read goes to the source's error policy with its file and line."""
+
     def __init__(self, kind: str, options: dict | None = None):
         self.kind = kind
         self.options = options or {}
@@ -43,28 +49,99 @@ class StreamFormat:
         """keyspan: Parquet files; records are ``Row`` objects."""
         return StreamFormat("parquet")
 
-    def parse(self, data: bytes) -> list:
-        if self.kind == "text":
-            text = data.decode(self.options.get("charset", "UTF-8"))
-            return text.splitlines()
-        if self.kind == "jsonl":
-            out = []
-            for line in data.decode("utf-8").splitlines():
-                if line.strip():
-                    obj = json.loads(line)
-                    out.append(Row.from_values(tuple(obj), tuple(obj.values())) if isinstance(obj, dict) else obj)
-            return out
-        if self.kind == "csv":
-            from pyarrow import csv
+    @staticmethod
+    def line_format(deserialization_schema) -> "StreamFormat":
+        """keyspan: every line of a file is one message for ``deserialization_schema`` (e.g. a
+        ``JsonRowDeserializationSchema`` or ``CsvRowDeserializationSchema``); a line it cannot read
+        follows the source's error policy (the schema's ``ignore_parse_errors`` means skip)."""
+        if not hasattr(deserialization_schema, "parse"):
+            raise TypeError(f"line_format needs a keyspan DeserializationSchema, got {deserialization_schema!r}")
+        return StreamFormat("lines", {"schema": deserialization_schema})
 
-            table = csv.read_csv(io.BytesIO(data),
-                                 parse_options=csv.ParseOptions(delimiter=self.options.get("delimiter", ",")))
-            return _rows(table)
+    @property
+    def ignores_parse_errors(self) -> bool:
+        schema = self.options.get("schema")
+        return bool(schema is not None and schema.ignore_parse_errors)
+
+    def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
+        """The records of one file named ``name``; ``poison(raw, origin, reason)`` (a source's
+        ``PoisonHandler``) gets every record that cannot be read and returns what to emit instead."""
+        if poison is None:
+            poison = ErrorPolicy.fail().handler(f"format {self.kind}")
+        if self.kind in ("text", "jsonl", "lines"):
+            return self._parse_lines(data, name, poison)
+        if self.kind == "csv":
+            return self._parse_csv(data, name, poison)
         if self.kind == "parquet":
             import pyarrow.parquet as pq
 
-            return _rows(pq.read_table(io.BytesIO(data)))
+            try:
+                return _rows(pq.read_table(io.BytesIO(data)))
+            except (pa.ArrowException, OSError) as exc:
+                return [poison(data, name, f"not a readable Parquet file: {exc}")]
         raise ValueError(f"unknown file format {self.kind}")
+
+    def _parse_lines(self, data: bytes, name: str, poison) -> list:
+        charset = self.options.get("charset", "UTF-8")
+        schema = self.options.get("schema")
+        out = []
+        for number, line in enumerate(data.splitlines(), 1):
+            try:
+                if self.kind == "text":
+                    out.append(line.decode(charset))
+                    continue
+                if not line.strip():
+                    continue
+                if schema is not None:
+                    record = schema.parse(line)
+                    if record is not None:
+                        out.append(record)
+                    continue
+                obj = json.loads(line)
+                out.append(Row.from_values(tuple(obj), tuple(obj.values())) if isinstance(obj, dict) else obj)
+            except (ValueError, UnicodeDecodeError) as exc:  # ParseError and JSONDecodeError are ValueErrors
+                reason = str(exc) if isinstance(exc, ParseError) else f"{_what(self.kind)}: {exc}"
+                out.append(poison(line, f"{name} line {number}", reason))
+        return out
+
+    def _parse_csv(self, data: bytes, name: str, poison) -> list:
+        """pyarrow reads the file; a row with another field count than the header goes to ``poison``."""
+        from pyarrow import csv
+
+        bad: list = []
+        failure: list = []
+        lines: dict[str, list[int]] = {}  # pyarrow does not always know a row's number: find its line
+
+        def line_of(text: str):
+            if not lines:
+                for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                    lines.setdefault(line, []).append(number)
+            numbers = lines.get(text)
+            return numbers.pop(0) if numbers else None
+
+        def invalid_row(row):
+            number = row.number if row.number is not None else line_of(row.text)
+            where = f"{name} line {number}" if number is not None else name
+            try:
+                bad.append(poison(row.text.encode(), where, f"wrong field count: {row.expected_columns} fields "
+                                                            f"expected but the row has {row.actual_columns}"))
+            except Exception as exc:  # noqa: BLE001 — the fail policy's error, raised after pyarrow stops
+                failure.append(exc)
+                return "error"
+            return "skip"
+
+        options = csv.ParseOptions(delimiter=self.options.get("delimiter", ","), invalid_row_handler=invalid_row)
+        try:
+            table = csv.read_csv(io.BytesIO(data), parse_options=options)
+        except pa.ArrowException as exc:
+            if failure:
+                raise failure[0] from None
+            return [poison(data, name, f"not readable as CSV: {exc}")]
+        return _rows(table) + bad
+
+
+def _what(kind: str) -> str:
+    return {"jsonl": "malformed JSON", "text": "undecodable text"}.get(kind, "unreadable record")
 
 
 def _rows(table: pa.Table) -> list:
@@ -76,11 +153,12 @@ def _rows(table: pa.Table) -> list:
 class FileReader(SourceReader):
     unit = "files"
 
-    def __init__(self, storage: Storage, fmt: StreamFormat, files: list[str] | None):
+    def __init__(self, storage: Storage, fmt: StreamFormat, files: list[str] | None, poison):
         self.storage = storage
         self.fmt = fmt
         self.files = files  # fixed list when bounded
         self.bounded = files is not None
+        self.poison = poison  # the source's PoisonHandler
 
     def _listing(self) -> list[str]:
         if self.files is not None:
@@ -116,23 +194,22 @@ class FileReader(SourceReader):
         first, stop = partition
         for index in range(first, stop):
             name = listing[index]
-            try:
-                records = self.fmt.parse(self.storage.read(name))
-            except Exception as exc:
-                raise ValueError(f"file source: cannot read {self.storage.url(name)} as {self.fmt.kind}: {exc}") from exc
-            yield chunk_batch(records)
+            yield chunk_batch(self.fmt.parse(self.storage.read(name), self.storage.url(name), self.poison))
 
 
 class FileSource(KeyspanSource):
     name = "File Source"
 
-    def __init__(self, fmt: StreamFormat, paths: tuple[str, ...], continuous: bool, max_files: int | None):
+    def __init__(self, fmt: StreamFormat, paths: tuple[str, ...], continuous: bool, max_files: int | None,
+                 error_policy: ErrorPolicy | None = None):
         if len(paths) != 1:
             raise ValueError("FileSource reads one directory (or file) path")
         self.fmt = fmt
         self.path = paths[0]
         self.bounded = not continuous
         self.max_per_epoch = max_files
+        # a schema's ignore_parse_errors() drops bad records, as in PyFlink, unless the source says more
+        self.error_policy = error_policy or (ErrorPolicy.skip() if fmt.ignores_parse_errors else ErrorPolicy.fail())
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> "FileSource.FileSourceBuilder":
@@ -144,6 +221,15 @@ class FileSource(KeyspanSource):
             self._paths = paths
             self._continuous = False
             self._max_files = None
+            self._error_policy = None
+
+        def set_error_policy(self, error_policy: ErrorPolicy):
+            """keyspan: what to do with a record the format cannot read — ``ErrorPolicy.fail()``
+            (default), ``.skip()`` or ``.dead_letter(output_tag)`` (see keyspan.connectors.dead_letter)."""
+            if not isinstance(error_policy, ErrorPolicy):
+                raise TypeError(f"set_error_policy needs an ErrorPolicy, got {error_policy!r}")
+            self._error_policy = error_policy
+            return self
 
         def set_max_files_per_epoch(self, files: int):
             """keyspan: read at most this many files per epoch (Spark's maxFilesPerTrigger)."""
@@ -159,17 +245,18 @@ class FileSource(KeyspanSource):
             return self
 
         def build(self) -> "FileSource":
-            return FileSource(self._fmt, self._paths, self._continuous, self._max_files)
+            return FileSource(self._fmt, self._paths, self._continuous, self._max_files, self._error_policy)
 
     def fingerprint(self) -> str:
         return f"files:{os.path.abspath(self.path) if '://' not in self.path else self.path}:{self.fmt.kind}"
 
     def reader(self, storage, uid):
         root = Storage(self.path)
+        poison = self.error_policy.handler(f"{self.name} ({uid})")
         if root.fs.isfile(root.full_path("")):
             parent = Storage(posixpath.dirname(root.uri))
-            return FileReader(parent, self.fmt, [posixpath.basename(root.uri)])
+            return FileReader(parent, self.fmt, [posixpath.basename(root.uri)], poison)
         if not root.fs.exists(root.full_path("")):
             raise FileNotFoundError(f"file source: {self.path} does not exist")
         files = [n for n in root.list("") if not n.startswith((".", "_"))] if self.bounded else None
-        return FileReader(root, self.fmt, files)
+        return FileReader(root, self.fmt, files, poison)

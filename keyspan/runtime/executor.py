@@ -29,6 +29,7 @@ from keyspan.checkpoint.savepoint import (
 )
 from keyspan.common.clock import LONG_MAX, wall_clock_ms
 from keyspan.common.job_execution_result import JobExecutionResult
+from keyspan.connectors.dead_letter import PoisonRecordError
 from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
 from keyspan.io.storage import Storage
@@ -328,6 +329,9 @@ class JobRunner:
     def _fail(self, exc: BaseException):
         self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
         text = str(exc)
+        if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
+            line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
+            raise JobExecutionError(f"job '{self.job_id}' failed: {line}. Full trace: {self._trace_log(text)}") from None
         for marker in (UserFunctionError.MARKER, "StateSerializationError: "):
             if marker in text:  # a user function or a state value at fault: say which, not Spark's trace
                 line = text[text.index(marker) + len(marker):].splitlines()[0]
@@ -338,6 +342,14 @@ class JobRunner:
         if isinstance(exc, CheckpointFailed):
             raise JobExecutionError(str(exc)) from None
         raise JobExecutionError(f"job '{self.job_id}' failed: {type(exc).__name__}: {text[:4000]}") from exc
+
+    def _trace_log(self, text: str) -> str:
+        """Writes a failure's full Spark/Python trace to a file under the workdir; returns its path."""
+        path = os.path.join(os.path.abspath(self.options.workdir), "logs", f"{self.job_id}-{int(time.time() * 1000)}.log")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:

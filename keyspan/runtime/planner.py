@@ -60,6 +60,7 @@ class ExitSpec:
     key_selector: Any = None
     input_side: int = 0  # which input of a two-input consumer the records feed (0: first, 1: second)
     partitioner: Any = None  # CUSTOM: partition(key, num_partitions) -> subtask
+    consumer: str = ""  # the consumer operator, named in errors: "'name' (uid …)"
 
 
 @dataclass
@@ -77,6 +78,7 @@ class OpSpec:
     origins: list = field(default_factory=list)  # uids of the watermark origins upstream (event_time.py)
     watermark_strategy: Any = None  # for a watermark origin that assigns timestamps
     split: int | None = None  # an origin's split: 0 in a source stage (one per source), else the subtask
+    error_policy: Any = None  # a source's ErrorPolicy when its records may carry DeadLetters
 
 
 @dataclass
@@ -273,6 +275,9 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy
             op.split = 0 if stage.source is not None else None
+        policy = getattr(t.spec, "error_policy", None) if kind == OperatorKind.SOURCE else None
+        if policy is not None and not policy.fails:
+            op.error_policy = policy
         if kind in BROADCAST_KINDS:
             op.broadcast_descriptors = list(t.spec)
         if kind == OperatorKind.SINK:
@@ -347,7 +352,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             exit_spec = ExitSpec(len(stage.plan.exits), kind, target.plan.stage_id, target.plan.parallelism,
                                  partitioning.key_selector if kind == ExitKind.CUSTOM else selector,
                                  input_side=index if c.kind in TWO_INPUT_KINDS else 0,
-                                 partitioner=partitioning.partitioner if kind == ExitKind.CUSTOM else None)
+                                 partitioner=partitioning.partitioner if kind == ExitKind.CUSTOM else None,
+                                 consumer=f"'{c.name}' (uid {uids[c.id][0]})")
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))

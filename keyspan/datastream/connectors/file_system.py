@@ -1,7 +1,18 @@
 """``FileSource`` / ``FileSink`` under PyFlink's module path ``pyflink.datastream.connectors.file_system``."""
 
-from keyspan.connectors.file_sink import FileSink, OutputFileConfig
 from keyspan.connectors.discarding_sink import DiscardingSink
+from keyspan.connectors.file_sink import (
+    BucketAssigner,
+    BulkWriterFactory,
+    DefaultRollingPolicy,
+    FileSink,
+    OnCheckpointRollingPolicy,
+    OutputFileConfig,
+    RollingPolicy,
+)
 from keyspan.connectors.file_source import FileSource, StreamFormat
 
-__all__ = ["DiscardingSink", "FileSink", "FileSource", "OutputFileConfig", "StreamFormat"]
+FileSourceBuilder = FileSource.FileSourceBuilder
+
+__all__ = ["BucketAssigner", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileSink", "FileSource",
+           "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat"]

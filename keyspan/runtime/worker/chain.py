@@ -6,7 +6,9 @@ the one place where a user error is turned into a message naming operator and re
 from __future__ import annotations
 
 from keyspan.common.clock import LONG_MIN
+from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
+from keyspan.metrics import metricbase
 from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, TWO_INPUT_KINDS, OperatorKind
 from keyspan.runtime import event_time
 from keyspan.runtime.planner import ExitKind
@@ -110,7 +112,9 @@ class OperatorChain:
             return self.exits[exit_id].add
         spec = next(e for e in self.plan.exits if e.exit_id == exit_id)
         if spec.kind == ExitKind.KEYED:
-            ex = KeyedExit(spec, self.plan.max_parallelism, self.ts_cell)
+            sender = next(op for op in self.plan.ops if any(o[:2] == ("exit", exit_id) for o in op.outputs))
+            ex = KeyedExit(spec, self.plan.max_parallelism, self.ts_cell,
+                           metricbase.operator_group(sender.uid, self.subtask).counter("numKeyErrors"))
         elif spec.kind == ExitKind.REBALANCE:
             ex = RebalanceExit(spec, self.subtask, self.ts_cell)
         elif spec.kind == ExitKind.BROADCAST:
@@ -130,6 +134,28 @@ class OperatorChain:
         return event_time.watermark_of(self.ctx.time.state, op.origins)
 
     def _processor(self, op, emitter_for):
+        if op.error_policy is not None:
+            return self._dead_letter_router(op, emitter_for)
+        return self._operator(op, emitter_for)
+
+    def _dead_letter_router(self, op, emitter_for):
+        """A source whose reader may emit ``DeadLetter``s: each is counted (``numRecordsInErrors``)
+        and goes to the policy's side output when the job reads it, before any timestamp assigner."""
+        process = self._operator(op, emitter_for)
+        tag = op.error_policy.tag
+        side = fan_out([self._target(kind, ref, emitter_for) for kind, ref, t in op.outputs
+                        if tag is not None and t == tag.tag_id])
+        errors = metricbase.operator_group(op.uid, self.subtask).counter("numRecordsInErrors")
+
+        def route(value):
+            if type(value) is DeadLetter:
+                errors.inc()
+                side(value.row)
+            else:
+                process(value)
+        return route
+
+    def _operator(self, op, emitter_for):
         emit = emitter_for(op)
         kind = op.kind
         subtask = self.subtask

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from keyspan.io import serde
-from keyspan.runtime.protocol import BROADCAST_CHUNK
+from keyspan.runtime.protocol import BROADCAST_CHUNK, RECORD_PREVIEW, UserFunctionError
 from keyspan.state.keygroups import assign_to_key_group
 
 _IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
@@ -128,23 +128,47 @@ class CustomExit(Exit):
                 for sub, idx in sorted(parts.items())]
 
 
+class KeyExtractionError(UserFunctionError):
+    """A record whose key selector failed or whose key cannot be hashed into a key group."""
+
+    def __init__(self, consumer: str, record, exc: BaseException):
+        text = repr(record)
+        if len(text) > RECORD_PREVIEW:
+            text = text[:RECORD_PREVIEW] + f"… ({len(text)} chars)"
+        reason = (f"unhashable key: {exc}" if isinstance(exc, TypeError) and "hash" in str(exc).lower()
+                  else f"{type(exc).__name__}: {exc}")
+        super().__init__(f"{UserFunctionError.MARKER}the key selector of operator {consumer} failed on record "
+                         f"{text}: {reason}. Fix the key selector, or drop such records with "
+                         "key_by(ErrorPolicy.skip().key_selector(selector))")
+
+
 class KeyedExit:
     """Routes by key group (``assign_to_key_group``), subtask = key group × p ÷ max p. Its ``add`` is
     the hottest loop of a keyed job: buffers per subtask, no per-record objects."""
 
-    def __init__(self, spec, max_parallelism, cell):
+    def __init__(self, spec, max_parallelism, cell, key_errors=None):
         self.selector = spec.key_selector
+        self.consumer = spec.consumer
         self.max_parallelism = max_parallelism
         self.parallelism = spec.consumer_parallelism
         self.side = spec.input_side
         self.cell = cell
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
+        # ErrorPolicy.skip().key_selector(fn) drops records without a usable key, counted here
+        policy = getattr(self.selector, "error_policy", None)
+        self.key_errors = key_errors if policy is not None and not policy.fails else None
 
     def add(self, record):
         record = frozen(record)
-        key = self.selector(record)
-        kg = assign_to_key_group(key, self.max_parallelism)
+        try:
+            key = self.selector(record)
+            kg = assign_to_key_group(key, self.max_parallelism)
+        except Exception as exc:
+            if self.key_errors is None:
+                raise KeyExtractionError(self.consumer, record, exc) from exc
+            self.key_errors.inc()
+            return
         buf = self.buffers[kg * self.parallelism // self.max_parallelism]
         buf[0].append(kg)
         buf[1].append(key)

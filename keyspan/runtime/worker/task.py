@@ -271,8 +271,8 @@ class StageTask(OperatorChain):
         handles, tokens = self._snapshot_state()
         sinks = []
         for index, writer in self.sink_writers.items():
-            h = writer.finish()
-            if h is not None:
+            staged = writer.finish()  # a writer returns None, one handle or a list of them
+            for h in staged if isinstance(staged, list) else [staged] if staged else []:
                 h["sink"] = self.plan.ops[index].uid
                 sinks.append(h)
         for sink_index, records in self.driver_buffers.items():

@@ -1,0 +1,2 @@
+"""Formats under PyFlink's module paths (``pyflink.datastream.formats``): ``json``, ``csv``,
+``parquet``, ``avro``."""

@@ -1,0 +1,70 @@
+"""PyFlink's ``pyflink.datastream.formats.parquet``: ``ParquetBulkWriters.for_row_type`` for
+``FileSink.for_bulk_format``, written with pyarrow (one Parquet file per part file)."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo
+from keyspan.common.types import Row
+from keyspan.connectors.file_sink import BulkWriterFactory
+
+__all__ = ["ParquetBulkWriters"]
+
+
+def arrow_type(t, where: str = "row type"):
+    """The Arrow type of a keyspan ``TypeInformation``."""
+    if isinstance(t, RowTypeInfo):
+        return pa.struct([pa.field(n, arrow_type(ft, f"field '{n}'")) for n, ft in zip(t.field_names, t.field_types)])
+    if isinstance(t, ListTypeInfo):
+        return pa.list_(arrow_type(t.element_type, where))
+    if isinstance(t, MapTypeInfo):
+        return pa.map_(arrow_type(t.key_type, where), arrow_type(t.value_type, where))
+    if t.name == "BIG_DEC":
+        return pa.decimal128(38, 18)
+    if t.arrow_type is None:
+        raise TypeError(f"ParquetBulkWriters: {where} has type {t!r}, which has no Parquet column type")
+    return t.arrow_type
+
+
+class _ParquetRowWriterFactory(BulkWriterFactory):
+    def __init__(self, row_type: RowTypeInfo, utc_timestamp: bool):
+        if not isinstance(row_type, RowTypeInfo):
+            raise TypeError(f"ParquetBulkWriters.for_row_type needs Types.ROW_NAMED([...], [...]), got {row_type!r}")
+        self.row_type = row_type
+        schema = arrow_type(row_type)
+        if utc_timestamp:
+            schema = pa.struct([pa.field(f.name, pa.timestamp(f.type.unit, "UTC") if pa.types.is_timestamp(f.type)
+                                         else f.type) for f in schema])
+        self.schema = pa.schema(list(schema))
+
+    def encode(self, records: list) -> bytes:
+        names = self.row_type.field_names
+        columns = list(zip(*(_values(r, names) for r in records))) if records else [[] for _ in names]
+        table = pa.table([pa.array(list(c), f.type) for c, f in zip(columns, self.schema)], schema=self.schema)
+        out = io.BytesIO()
+        pq.write_table(table, out)
+        return out.getvalue()
+
+    def get_row_type(self) -> RowTypeInfo:
+        return self.row_type
+
+
+def _values(record, names) -> tuple:
+    if isinstance(record, Row) and record._fields is not None:
+        d = record.as_dict()
+        return tuple(d.get(n) for n in names)
+    if isinstance(record, dict):
+        return tuple(record.get(n) for n in names)
+    return tuple(record)
+
+
+class ParquetBulkWriters:
+    @staticmethod
+    def for_row_type(row_type, hadoop_config=None, utc_timestamp: bool = False) -> BulkWriterFactory:
+        """Rows of ``row_type`` (``Types.ROW_NAMED``) as Parquet files; ``hadoop_config`` is accepted
+        and ignored (pyarrow writes the files)."""
+        return _ParquetRowWriterFactory(row_type, utc_timestamp)

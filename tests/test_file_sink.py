@@ -1,0 +1,212 @@
+"""FileSink with Flink's layout: bucket directories decided per record, part files named by
+OutputFileConfig, rolled by size within an epoch, all staged until the checkpoint commits; the
+Parquet bulk format is readable by pyarrow."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from keyspan.common import Row, Types
+from keyspan.common.serialization import Encoder
+from keyspan.datastream.connectors import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
+from keyspan.datastream.formats.parquet import ParquetBulkWriters
+
+
+def _published(root) -> dict[str, bytes]:
+    """Relative path → bytes of every visible file (staging excluded)."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".staging"]
+        for f in files:
+            path = os.path.join(folder, f)
+            out[os.path.relpath(path, root)] = open(path, "rb").read()
+    return out
+
+
+class ByUser(BucketAssigner):
+    def get_bucket_id(self, element, context):
+        return f"user={element.split(',')[0]}"
+
+
+def test_writer_stages_rolled_part_files_and_publishes_them_only_on_commit(tmp_path):
+    sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()) \
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=20)) \
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("orders").with_part_suffix(".csv").build()) \
+        .with_bucket_assigner(ByUser()).build()
+    writer = sink.create_writer(3, 12, "tok")
+    for i in range(6):
+        writer.write(f"a,{i:05d}")  # 8 bytes per line: a file rolls once it holds 20 bytes or more
+    writer.write("b,00000")
+    handles = writer.finish()
+    assert _published(tmp_path / "out") == {}  # nothing visible before the checkpoint commits
+    sink.publish(handles)
+    sink.publish(handles)  # idempotent, as after a crash between commit and publish
+    assert _published(tmp_path / "out") == {
+        "user=a/orders-0000000012-0003.csv": b"a,00000\na,00001\na,00002\n",
+        "user=a/orders-0000000012-0003-1.csv": b"a,00003\na,00004\na,00005\n",
+        "user=b/orders-0000000012-0003.csv": b"b,00000\n",
+    }
+    assert os.listdir(tmp_path / "out" / ".staging") == []
+
+
+def test_discarded_epoch_leaves_nothing(tmp_path):
+    sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build()
+    writer = sink.create_writer(0, 1, "tok")
+    writer.write("x")
+    sink.discard(writer.finish())
+    assert _published(tmp_path / "out") == {}
+
+
+def test_date_time_bucket_assigner_formats_wall_clock_with_java_pattern(tmp_path):
+    assigner = BucketAssigner.date_time_bucket_assigner("yyyy-MM-dd--HH", "UTC")
+    sink = FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()) \
+        .with_bucket_assigner(assigner).build()
+    before = datetime.datetime.now(datetime.timezone.utc)
+    writer = sink.create_writer(0, 5, "tok")
+    writer.write("x")
+    sink.publish(writer.finish())
+    after = datetime.datetime.now(datetime.timezone.utc)
+    [path] = _published(tmp_path / "out")
+    assert path.split("/")[0] in {before.strftime("%Y-%m-%d--%H"), after.strftime("%Y-%m-%d--%H")}
+    assert BucketAssigner.date_time_bucket_assigner("yyyy/MM/dd 'at' HH", "GMT-08:00")._strftime == "%Y/%m/%d at %H"
+    with pytest.raises(ValueError, match="unknown time zone"):
+        BucketAssigner.date_time_bucket_assigner("yyyy", "Mars/Olympus")
+
+
+def test_bulk_format_rolls_on_checkpoints_only():
+    with pytest.raises(TypeError, match="on_checkpoint_rolling_policy"):
+        FileSink.for_bulk_format("/tmp/x", ParquetBulkWriters.for_row_type(Types.ROW_NAMED(["a"], [Types.INT()]))) \
+            .with_rolling_policy(RollingPolicy.default_rolling_policy())
+
+
+def test_job_with_rolling_and_bucketing_sink_gives_exact_layout_and_contents(env, tmp_path):
+    out = tmp_path / "out"
+    data = [f"{'ab'[i % 2]},{i:05d}" for i in range(400)]
+    sink = FileSink.for_row_format(str(out), Encoder.simple_string_encoder()) \
+        .with_bucket_assigner(ByUser()) \
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=800)) \
+        .with_output_file_config(OutputFileConfig("part", ".txt")).build()
+    env.from_collection(data).map(lambda s: s).set_parallelism(1).sink_to(sink).set_parallelism(1)
+    env.execute("rolling")
+    files = _published(out)
+    assert sorted({p.split("/")[0] for p in files}) == ["user=a", "user=b"]
+    for path, content in files.items():
+        bucket, name = path.split("/")
+        assert name.startswith("part-") and name.endswith(".txt")
+        assert all(line.startswith(bucket[-1] + ",") for line in content.decode().splitlines())
+    # lines of 8 bytes, rolled once a part file holds 800 bytes: within one bucket, epoch and subtask
+    # every part file but the last holds exactly 100 lines, and at least one file rolled per bucket
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for path, content in files.items():
+        stem = path[:-len(".txt")].split("-")
+        n = int(stem[3]) if len(stem) == 4 else 0
+        groups.setdefault("-".join(stem[:3]), []).append((n, len(content)))
+    for parts in groups.values():
+        parts.sort()
+        assert [n for n, _ in parts] == list(range(len(parts)))
+        assert all(size == 800 for _, size in parts[:-1]) and 0 < parts[-1][1] <= 800, parts
+    assert all(any(len(parts) > 1 for g, parts in groups.items() if g.startswith(b)) for b in ("user=a", "user=b"))
+    lines = sorted(line for c in files.values() for line in c.decode().splitlines())
+    assert lines == sorted(data)
+
+
+def test_parquet_bulk_sink_is_readable_by_pyarrow(env, tmp_path):
+    row = Types.ROW_NAMED(["user", "amount", "tags"], [Types.STRING(), Types.LONG(), Types.LIST(Types.STRING())])
+    data = [Row(user=f"u{i % 4}", amount=i, tags=[str(i)] * (i % 3)) for i in range(100)]
+    sink = FileSink.for_bulk_format(str(tmp_path / "pq"), ParquetBulkWriters.for_row_type(row)) \
+        .with_output_file_config(OutputFileConfig.builder().with_part_suffix(".parquet").build()).build()
+    env.from_collection(data, type_info=row).sink_to(sink)
+    env.execute("parquet")
+    files = sorted(p for p in _published(tmp_path / "pq"))
+    assert files and all(f.endswith(".parquet") and f.startswith("part-") for f in files)
+    rows = [r for f in files for r in pq.read_table(tmp_path / "pq" / f).to_pylist()]
+    assert pq.read_table(tmp_path / "pq" / files[0]).schema.field("amount").type == "int64"
+    assert sorted(rows, key=lambda r: r["amount"]) == [r.as_dict() for r in data]
+
+
+# --- exactly-once after SIGKILL ---------------------------------------------------------------------
+
+BUCKETED_JOB = Path(__file__).parent / "jobs" / "bucketed_sink_job.py"
+
+
+def _run_bucketed(workdir: Path, output: Path, extra=()):
+    env = dict(os.environ, BUCKETED_JOB_OUTPUT=str(output))
+    cmd = [sys.executable, "-m", "keyspan", "run", str(BUCKETED_JOB), "--workdir", str(workdir), "--no-progress", *extra]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _committed(workdir: Path) -> int:
+    db = workdir / "keyspan.db"
+    if not db.exists():
+        return -1
+    try:
+        with sqlite3.connect(db, timeout=5) as c:
+            row = c.execute("select max(epoch) from checkpoints").fetchone()
+            return -1 if row[0] is None else row[0]
+    except sqlite3.Error:
+        return -1
+
+
+def _layout(output: Path) -> dict[tuple[str, int, int], list[str]]:
+    """(bucket, epoch, subtask) → sorted lines of its part files; checks the rolling rule on the way."""
+    groups: dict[tuple[str, int, int], list[tuple[int, bytes]]] = {}
+    for path, content in _published(output).items():
+        bucket, name = path.split("/")
+        assert name.startswith("counts-") and name.endswith(".jsonl"), name
+        parts = name[:-len(".jsonl")].split("-")
+        groups.setdefault((bucket, int(parts[1]), int(parts[2])), []).append((int(parts[3]) if len(parts) == 4 else 0,
+                                                                               content))
+    out = {}
+    for key, files in groups.items():
+        files.sort()
+        assert [n for n, _ in files] == list(range(len(files))), (key, files)
+        assert all(len(c) >= 400 for _, c in files[:-1]), key  # rolled only once 400 bytes were reached
+        out[key] = sorted(line for _, c in files for line in c.decode().splitlines())
+    return out
+
+
+@pytest.mark.timeout(1800)  # three driver start-ups on a shared 2-core machine
+def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path):
+    clean = _run_bucketed(tmp_path / "clean", tmp_path / "clean-out", ["--fresh"])
+    _, err = clean.communicate(timeout=600)
+    assert clean.returncode == 0, err[-3000:]
+    reference = _layout(tmp_path / "clean-out")
+    assert {b for b, _, _ in reference} == {"class=0", "class=1", "class=2"}
+    assert len({e for _, e, _ in reference}) >= 10  # 2400 records, 150 per epoch
+    assert sum(len(v) for v in reference.values()) == 2400
+
+    rng = random.Random(int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30))))
+    work, out = tmp_path / "crashy", tmp_path / "crashy-out"
+    kills = 0
+    for _ in range(8):
+        proc = _run_bucketed(work, out)
+        if kills < 2:
+            target = _committed(work) + rng.randint(1, 3)
+            deadline = time.time() + 180
+            while proc.poll() is None and _committed(work) < target and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, 0.5))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                # only committed epochs are visible
+                assert all(e <= _committed(work) for _, e, _ in _layout(out))
+                continue
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        break
+    assert kills == 2, "the job finished before it could be killed twice"
+    assert _layout(out) == reference
