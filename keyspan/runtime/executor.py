@@ -137,7 +137,7 @@ class JobRunner:
         threading.Thread(target=beat, name=f"keyspan-lease-{self.job_id}", daemon=True).start()
 
     def _release(self) -> None:
-        if self.lease is None:
+        if self.lease is None or self._heartbeat_stop.is_set():
             return
         self._heartbeat_stop.set()
         try:
@@ -378,6 +378,7 @@ class JobRunner:
                 self._end_of_input()
             except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
                 self._fail(self.failure or exc)
+        self._release()  # before the run shows as ended: whoever waits for that may start the job at once
         self.store.end_run(self.run_info["run_id"], status)
         last = self.committed["epoch"] if self.committed else None
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
