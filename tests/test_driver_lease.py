@@ -102,3 +102,27 @@ def test_second_driver_is_refused_and_takes_over_after_sigkill(tmp_path):
     assert third.returncode == 0, err[-3000:]
     got = Counter(line for p in output.iterdir() if p.is_file() for line in p.read_text().splitlines())
     assert got == _expected()
+
+
+def test_a_paused_driver_that_wakes_after_a_takeover_commits_and_publishes_nothing(tmp_path):
+    workdir, output = tmp_path / "work", tmp_path / "out"
+    first = _run(workdir, output)
+    deadline = time.time() + 240
+    while _committed(workdir) < 1 and first.poll() is None and time.time() < deadline:
+        time.sleep(0.3)
+    assert first.poll() is None, first.communicate()[1][-2000:]
+    os.killpg(first.pid, signal.SIGSTOP)  # a stopped VM, a long pause: no heartbeats
+    try:
+        time.sleep(7)  # > KEYSPAN_LEASE_SECONDS: the paused driver's claim expires
+        second = _run(workdir, output)
+        _, err = second.communicate(timeout=400)
+        assert second.returncode == 0, err[-3000:]
+        committed_by_second = _committed(workdir)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    _, err = first.communicate(timeout=240)
+    assert first.returncode != 0
+    assert "taken over" in err, err[-3000:]
+    assert _committed(workdir) == committed_by_second, "the stale driver committed after the takeover"
+    got = Counter(line for p in output.iterdir() if p.is_file() for line in p.read_text().splitlines())
+    assert got == _expected()

@@ -75,7 +75,7 @@ def run(
     try:
         runpy.run_path(job, run_name="__main__")
     except JobExecutionError as exc:
-        err.print(f"[red]{exc}[/red]", highlight=False, markup=False)
+        err.print(str(exc), style="red", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1)
     except (KeyboardInterrupt, SystemExit, typer.Exit):
         raise
@@ -86,7 +86,7 @@ def run(
         where = _job_frame(exc, job)
         err.print(f"keyspan: job file {job} failed{where}: {type(exc).__name__}: {str(exc)[:500]}\n"
                   f"Nothing was committed by this failure. Full trace: {log}", style="red", highlight=False,
-                  markup=False)
+                  markup=False, soft_wrap=True)
         raise typer.Exit(1)
 
 

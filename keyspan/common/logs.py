@@ -9,9 +9,11 @@ import sys
 import time
 import traceback
 
-# Spark's WARN level is already chatty for a streaming job (e.g. every slow micro-batch): keyspan's
-# default INFO keeps Spark at ERROR, and DEBUG shows Spark's warnings.
-_SPARK_LEVELS = {"DEBUG": "WARN", "INFO": "ERROR", "WARNING": "ERROR", "ERROR": "ERROR", "CRITICAL": "FATAL"}
+# Spark's WARN level is already chatty for a streaming job (e.g. every slow micro-batch), and its ERROR
+# lines repeat a failing task's whole Java and Python trace, which keyspan reports itself in a few lines
+# (the trace goes to a log file): keyspan's default INFO keeps Spark at FATAL, WARNING shows Spark's
+# errors, DEBUG its warnings.
+_SPARK_LEVELS = {"DEBUG": "WARN", "INFO": "FATAL", "WARNING": "ERROR", "ERROR": "ERROR", "CRITICAL": "FATAL"}
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -39,7 +41,7 @@ def configure(level: str | None = None) -> str:
 def spark_level() -> str:
     """Spark's log level for the configured keyspan level."""
     level = logging.getLevelName(logging.getLogger("keyspan").getEffectiveLevel())
-    return _SPARK_LEVELS.get(level, "ERROR") if logging.getLogger("keyspan").handlers else "ERROR"
+    return _SPARK_LEVELS.get(level, "FATAL") if logging.getLogger("keyspan").handlers else "FATAL"
 
 
 def write_failure_log(workdir: str, job: str, exc: BaseException) -> str:

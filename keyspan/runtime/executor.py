@@ -491,7 +491,8 @@ class JobRunner:
     def _fail(self, exc: BaseException):
         """Fail with a few readable lines (what failed, why, what to do); Spark's full Java and Python
         trace goes to a log file under the workdir, whose path the message ends with."""
-        self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+        if not isinstance(exc, Fenced):  # the run row now belongs to the driver that took over
+            self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
         log = write_failure_log(self.options.workdir, self.job_id, exc)
         text = str(exc)
         for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: "):
