@@ -18,7 +18,8 @@ from typing import Callable
 
 from keyspan.checkpoint.handles import Manifest, TaskReport
 from keyspan.checkpoint.manifest import manifest_paths, next_manifest
-from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.metadata import Lease, MetadataStore
+from keyspan.checkpoint.savepoint import checkpoint_dir, write_checkpoint_metadata
 from keyspan.io import serde
 from keyspan.io.storage import Storage
 
@@ -90,9 +91,12 @@ class Retention:
         return [e for e, _ in dropped], {p for p in doomed if "://" not in p}  # savepoint files stay
 
     def committed(self, epoch: int, manifest: Manifest, doomed: set[str]) -> None:
+        """Files go only after the commit that stopped listing them: a retained checkpoint never
+        references a deleted file, whenever the driver dies."""
         self.window.append((epoch, manifest_paths(manifest)))
         while len(self.window) > self.retained:
-            self.window.popleft()
+            dropped, _ = self.window.popleft()
+            self.storage.delete(checkpoint_dir(dropped), recursive=True)  # its _metadata.json
         for path in doomed:
             self.storage.delete(path)
 
@@ -100,11 +104,14 @@ class Retention:
 class CheckpointCoordinator:
     """One job run's checkpoints. ``expected``: (stage, parallelism) of every stage whose subtasks
     must all report; ``counted``: stages whose records are the job's input records; ``sinks``:
-    uid → task sink (``publish(handles)`` after the commit, idempotent)."""
+    uid → task sink (``publish(handles)`` after the commit, idempotent); ``lease``: this driver's claim
+    on the job, checked in every commit and before publishing; ``signing_key``: signs each retained
+    checkpoint's ``_metadata.json``."""
 
     def __init__(self, store: MetadataStore, storage: Storage, job_id: str, *, retained: int, tolerable_failures: int,
                  expected: list[tuple[int, int]], counted: set[int], sinks: dict, operators: list[dict],
-                 committed: dict | None):
+                 committed: dict | None, lease: Lease | None = None, job_name: str | None = None,
+                 signing_key: bytes | None = None):
         self.store = store
         self.storage = storage
         self.job_id = job_id
@@ -115,6 +122,9 @@ class CheckpointCoordinator:
         self.operators = operators
         self.committed = committed  # the latest committed checkpoint (a metadata row)
         self.retention = Retention(store, storage, job_id, retained)
+        self.lease = lease
+        self.job_name = job_name or job_id
+        self.signing_key = signing_key
         self.consecutive_failures = 0
         self.files_lock = threading.Lock()  # savepoint copies hold it, so retention deletes no file they read
 
@@ -176,9 +186,10 @@ class CheckpointCoordinator:
         with self.files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
-                discard=discard, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens, sinks=sinks,
+                discard=discard, fence=self.lease, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens, sinks=sinks,
                 operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
         self.consecutive_failures = 0
+        write_checkpoint_metadata(self.storage, self.committed, job_name=self.job_name, key=self.signing_key)
         if sinks:
             self.publish(self.committed)
         with self.files_lock:
@@ -197,6 +208,8 @@ class CheckpointCoordinator:
 
     # -- sink output --------------------------------------------------------------------------------
     def publish(self, checkpoint: dict) -> None:
+        if self.lease is not None:
+            self.lease.check()  # a driver that lost the job publishes nothing
         for uid, handles in checkpoint["sinks"].items():
             sink = self.sinks.get(uid)
             if sink is None:

@@ -28,7 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 metadata = MetaData()
 
@@ -96,20 +96,86 @@ checkpoints = Table(
     Column("restored_from", Text),
     Column("code_version", String(64)),
     Column("event_time", JSON),  # watermark origins: watermark and per-split max timestamps (event_time.py)
+    Column("sources", JSON),  # per source index: {"uid", "fingerprint"}, so a changed job maps its offsets
 )
 
-# columns added after the first release: (table, column, SQL type) added to stores created before them
-_ADDED_COLUMNS = [("checkpoints", "event_time", "JSON")]
+# One driver per job: the holder's claim, renewed by heartbeats; every checkpoint commit checks the
+# token in its own transaction, so a driver whose lease was taken over can never commit again.
+leases = Table(
+    "leases",
+    metadata,
+    Column("job_id", String(200), primary_key=True),
+    Column("token", Integer, nullable=False),  # fencing token: +1 at every claim
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("since", Float, nullable=False),
+    Column("heartbeat", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1: one row
+    Column("version", Integer, nullable=False),
+)
 
 
-def _add_missing_columns(engine) -> None:
-    from sqlalchemy import inspect, text
+def _add_column(table: str, column: str, sql_type: str):
+    """A migration step: add a column to a store created before it existed (portable DDL)."""
+    def step(conn) -> None:
+        from sqlalchemy import inspect, text
 
-    inspector = inspect(engine)
-    for table, column, sql_type in _ADDED_COLUMNS:
-        if column not in {c["name"] for c in inspector.get_columns(table)}:
-            with engine.begin() as c:
-                c.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+        if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+    return step
+
+
+# version → the step that brings a store of the version before it up to it; new tables come from
+# create_all, so steps only alter what existed
+MIGRATIONS = {
+    1: _add_column("checkpoints", "event_time", "JSON"),
+    2: _add_column("checkpoints", "sources", "JSON"),
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+class SchemaTooNew(RuntimeError):
+    pass
+
+
+def _migrate(engine) -> None:
+    """Bring the store's schema to ``SCHEMA_VERSION`` (a store without a version row is version 0)."""
+    with engine.begin() as c:
+        version = c.execute(select(schema_version.c.version).where(schema_version.c.id == 1)).scalar()
+        if version is not None and version > SCHEMA_VERSION:
+            raise SchemaTooNew(f"the metadata store {engine.url!r} has schema version {version}, newer than this "
+                               f"keyspan knows ({SCHEMA_VERSION}): upgrade keyspan")
+        if version == SCHEMA_VERSION:
+            return
+        for step in sorted(v for v in MIGRATIONS if v > (version or 0)):
+            MIGRATIONS[step](c)
+        if version is None:
+            c.execute(insert(schema_version).values(id=1, version=SCHEMA_VERSION))
+        else:
+            c.execute(update(schema_version).where(schema_version.c.id == 1).values(version=SCHEMA_VERSION))
+
+
+class LeaseHeld(RuntimeError):
+    """Another driver holds the job's lease."""
+
+    def __init__(self, job_id: str, holder: dict):
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["since"]))
+        left = max(0.0, holder["expires_at"] - time.time())
+        super().__init__(
+            f"job '{job_id}' is already running: driver pid {holder['pid']} on host {holder['host']} holds it "
+            f"since {since}. Stop that driver first (keyspan stop/cancel, or kill it); if it died, its claim "
+            f"expires {left:.0f} s after its last heartbeat and the job can be started again then")
+        self.holder = holder
+
+
+class Fenced(RuntimeError):
+    """This driver's lease was taken over: it must not commit or publish anything more."""
 
 
 def default_url(workdir: str) -> str:
@@ -135,9 +201,9 @@ def _engine(url: str):
         for attempt in range(5):
             try:
                 metadata.create_all(engine)
-                _add_missing_columns(engine)
+                _migrate(engine)
                 break
-            except OperationalError:
+            except (OperationalError, IntegrityError):
                 if attempt == 4:
                     raise
                 time.sleep(0.1 * (attempt + 1))
@@ -237,16 +303,58 @@ class MetadataStore:
             c.execute(update(runs).where(runs.c.run_id == run_id).values(status="RUNNING", ended_at=None, error=None))
 
     # checkpoints --------------------------------------------------------------------------
-    def commit_checkpoint(self, discard: list[int] = (), **row) -> dict:
-        """The atomic commit point of an epoch (and of the retention that follows from it)."""
+    def commit_checkpoint(self, discard: list[int] = (), fence: "Lease | None" = None, **row) -> dict:
+        """The atomic commit point of an epoch (and of the retention that follows from it); with a
+        ``fence``, only while this driver still holds the job's lease (checked in the same transaction)."""
         values = dict(created_at=time.time(), published=not row.get("sinks"), discarded=False, **row)
         with self.engine.begin() as c:
+            if fence is not None:
+                fence.renew_in(c)
             c.execute(insert(checkpoints).values(**values))
             if discard:
                 c.execute(update(checkpoints).where((checkpoints.c.job_id == row["job_id"]) &
                                                     checkpoints.c.epoch.in_(list(discard)))
                           .values(discarded=True, manifest={}, tokens={}))
         return values
+
+    def abandon_checkpoints(self, job_id: str, epochs: list[int]) -> list[dict]:
+        """Take checkpoints a restore cannot use out of the job's history (the caller keeps their rows
+        next to their files); returns the rows, oldest first."""
+        with self.engine.begin() as c:
+            cond = (checkpoints.c.job_id == job_id) & checkpoints.c.epoch.in_(list(epochs))
+            rows = [dict(r) for r in c.execute(select(checkpoints).where(cond).order_by(checkpoints.c.epoch))
+                    .mappings()]
+            c.execute(delete(checkpoints).where(cond))
+        return rows
+
+    # leases -------------------------------------------------------------------------------
+    def claim_lease(self, job_id: str, host: str, pid: int, duration: float) -> "Lease":
+        """Claim the job for this driver, or raise ``LeaseHeld`` naming the live holder. An expired
+        claim (or one of a dead process on this host) is taken over with the next fencing token; a
+        conditional update makes two drivers racing for it end with one winner."""
+        for _ in range(20):
+            now = time.time()
+            with self.engine.begin() as c:
+                row = c.execute(select(leases).where(leases.c.job_id == job_id)).mappings().first()
+                values = dict(host=host, pid=pid, since=now, heartbeat=now, expires_at=now + duration)
+                if row is None:
+                    try:
+                        c.execute(insert(leases).values(job_id=job_id, token=1, **values))
+                    except IntegrityError:
+                        continue
+                    return Lease(self, job_id, 1, duration)
+                if row["expires_at"] > now and not _claim_void(row, host, pid):
+                    raise LeaseHeld(job_id, dict(row))
+                done = c.execute(update(leases).where((leases.c.job_id == job_id) & (leases.c.token == row["token"]))
+                                 .values(token=row["token"] + 1, **values))
+                if done.rowcount == 1:
+                    return Lease(self, job_id, row["token"] + 1, duration)
+        raise LeaseHeld(job_id, dict(row))
+
+    def lease_holder(self, job_id: str) -> dict | None:
+        with self.engine.connect() as c:
+            row = c.execute(select(leases).where(leases.c.job_id == job_id)).mappings().first()
+            return dict(row) if row else None
 
     def mark_published(self, job_id: str, epoch: int) -> None:
         with self.engine.begin() as c:
@@ -277,6 +385,55 @@ class MetadataStore:
             return [dict(r) for r in c.execute(
                 select(checkpoints).where((checkpoints.c.job_id == job_id) & (checkpoints.c.published == False))  # noqa: E712
                 .order_by(checkpoints.c.epoch)).mappings()]
+
+
+class Lease:
+    """This driver's claim on a job: ``renew`` is the heartbeat, ``check`` guards publishing, and a
+    commit renews it inside its own transaction (``renew_in``). All raise ``Fenced`` once another
+    driver took the job over."""
+
+    def __init__(self, store: MetadataStore, job_id: str, token: int, duration: float):
+        self.store = store
+        self.job_id = job_id
+        self.token = token
+        self.duration = duration
+
+    def renew_in(self, conn) -> None:
+        now = time.time()
+        done = conn.execute(update(leases).where((leases.c.job_id == self.job_id) & (leases.c.token == self.token))
+                            .values(heartbeat=now, expires_at=now + self.duration))
+        if done.rowcount != 1:
+            holder = conn.execute(select(leases).where(leases.c.job_id == self.job_id)).mappings().first()
+            who = f"driver pid {holder['pid']} on host {holder['host']}" if holder else "another driver"
+            raise Fenced(f"job '{self.job_id}' was taken over by {who} (this driver's lease expired): this "
+                         "driver stops without committing or publishing anything more")
+
+    def renew(self) -> None:
+        with self.store.engine.begin() as c:
+            self.renew_in(c)
+
+    check = renew
+
+    def release(self) -> None:
+        with self.store.engine.begin() as c:
+            c.execute(update(leases).where((leases.c.job_id == self.job_id) & (leases.c.token == self.token))
+                      .values(expires_at=0.0))
+
+
+def _claim_void(row, host: str, pid: int) -> bool:
+    """A claim of this very process (an earlier run of it) or of a process on this host that is gone
+    needs no waiting for its expiry."""
+    if row["host"] != host:
+        return False
+    if row["pid"] == pid:
+        return True
+    try:
+        os.kill(row["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _sqlite_pragmas(dbapi_connection, _record):

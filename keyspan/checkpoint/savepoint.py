@@ -13,7 +13,7 @@ import posixpath
 import time
 import uuid
 
-from keyspan.checkpoint import statefile
+from keyspan.checkpoint import integrity, statefile
 from keyspan.io.storage import Storage
 
 FORMAT = "keyspan-savepoint/1"
@@ -29,7 +29,7 @@ def default_target(workdir_savepoints: str, job_id: str, epoch: int) -> str:
 
 
 def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, job_name: str,
-                    job_file_bytes: bytes | None, extra: dict | None = None) -> str:
+                    job_file_bytes: bytes | None, extra: dict | None = None, key: bytes | None = None) -> str:
     """Copy the checkpoint's state files into ``target_uri`` and write the metadata last, so a
     half-written savepoint has no ``_metadata.json`` and is never mistaken for a complete one."""
     target = Storage(target_uri)
@@ -42,7 +42,31 @@ def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, 
             src_storage.copy_file(src_rel, target, rel)  # in pieces: a large state file is never held whole
             copied.append({**h, "path": rel})
         state[uid] = copied
-    metadata = {
+    metadata = _metadata(checkpoint, state, job_name, extra)
+    if job_file_bytes is not None:
+        target.write("job.py", job_file_bytes)
+        metadata["job_file"] = "job.py"
+    _write_metadata(target, metadata, key)
+    return target.uri
+
+
+def checkpoint_dir(epoch: int) -> str:
+    """Where a retained checkpoint's ``_metadata.json`` lives, relative to the job's checkpoint storage."""
+    return f"chk-{epoch:010d}"
+
+
+def write_checkpoint_metadata(job_storage: Storage, checkpoint: dict, *, job_name: str,
+                              key: bytes | None) -> None:
+    """Make a committed checkpoint self-contained (Flink's retained checkpoint): its ``_metadata.json``,
+    in the savepoint format, lists the state files by their paths under the job's checkpoint storage
+    (``state_root`` ".."), so ``keyspan run -s <storage>/<job>/chk-N`` restores it without the
+    metadata store, also after the job's checkpoint folder was copied elsewhere."""
+    metadata = _metadata(checkpoint, checkpoint["manifest"], job_name, {"state_root": ".."})
+    _write_metadata(job_storage.child(checkpoint_dir(checkpoint["epoch"])), metadata, key)
+
+
+def _metadata(checkpoint: dict, state: dict, job_name: str, extra: dict | None) -> dict:
+    return {
         "format": FORMAT,
         "job_id": checkpoint["job_id"],
         "job_name": job_name,
@@ -53,44 +77,62 @@ def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, 
         "code_version": checkpoint.get("code_version"),
         "restored_from": checkpoint.get("restored_from"),
         "source_offsets": checkpoint["source_offsets"],
+        "sources": checkpoint.get("sources"),
         "operators": checkpoint["operators"],
         "event_time": checkpoint.get("event_time") or {},
         "state": state,
         **(extra or {}),
     }
-    if job_file_bytes is not None:
-        target.write("job.py", job_file_bytes)
-        metadata["job_file"] = "job.py"
+
+
+def _write_metadata(target: Storage, metadata: dict, key: bytes | None) -> None:
+    if key is not None:
+        metadata = integrity.sign(metadata, key)
     target.write(METADATA, json.dumps(metadata, indent=1, sort_keys=True).encode())
-    return target.uri
 
 
-def load_savepoint(uri: str, verify: bool = True) -> dict:
-    """Read and validate a savepoint: every file present with its recorded checksum."""
+def load_savepoint(uri: str, verify: bool = True, key: bytes | None = None) -> dict:
+    """Read and validate a savepoint (or retained checkpoint) before anything in it is unpickled:
+    its metadata signed with ``key`` (when given), every file present with its recorded checksum."""
     storage = Storage(uri)
     if not storage.exists(METADATA):
-        raise SavepointError(f"{storage.url(METADATA)} does not exist: {uri} is not a complete savepoint")
+        raise SavepointError(f"{storage.url(METADATA)} does not exist: {uri} is not a complete savepoint "
+                             "or retained checkpoint")
     try:
         metadata = json.loads(storage.read(METADATA))
     except ValueError as exc:
         raise SavepointError(f"{storage.url(METADATA)} is corrupt: {exc}") from exc
     if metadata.get("format") != FORMAT:
         raise SavepointError(f"{storage.url(METADATA)}: unknown savepoint format {metadata.get('format')!r}")
-    if verify:
-        for handles in metadata["state"].values():
-            for h in handles:
-                try:
-                    statefile.verify(storage, h["path"], h["sha256"])
-                except statefile.CorruptStateFile as exc:
-                    raise SavepointError(f"savepoint {storage.uri} cannot be restored: {exc}") from exc
+    if key is not None and not integrity.signature_ok(metadata, key):
+        state = "is not signed" if "signature" not in metadata else "does not match its signature"
+        raise SavepointError(
+            f"{storage.url(METADATA)} {state} under this keyspan's savepoint key: it was altered, or written "
+            "where another key is configured. Nothing was read from it. If you trust it, set "
+            "KEYSPAN_SAVEPOINT_KEY to the key of the keyspan that wrote it (its <workdir>/savepoint.key)")
     metadata["uri"] = storage.uri
+    if verify:
+        try:
+            integrity.verify_manifest(_state_storage(metadata), metadata["state"])
+        except integrity.UnreadableCheckpoint as exc:
+            raise SavepointError(f"savepoint {storage.uri} cannot be restored: {exc}") from None
     return metadata
+
+
+def _state_storage(metadata: dict) -> Storage:
+    """Where the metadata's relative state paths start: the savepoint's own folder, or, for a retained
+    checkpoint, the job's checkpoint storage above it."""
+    root = metadata["uri"]
+    if metadata.get("state_root") == "..":
+        root = posixpath.dirname(root.rstrip("/"))
+    return Storage(root)
 
 
 def restored_manifest(metadata: dict) -> dict[str, list[dict]]:
     """The savepoint's state files, addressed by absolute URL, as a checkpoint manifest."""
-    storage = Storage(metadata["uri"])
-    return {uid: [{**h, "path": storage.url(h["path"])} for h in handles] for uid, handles in metadata["state"].items()}
+    storage = _state_storage(metadata)
+    return {uid: [{**h, "path": h["path"] if "://" in h["path"] else storage.url(h["path"])} for h in handles]
+            for uid, handles in metadata["state"].items()}
 
 
 def _safe(uid: str) -> str:

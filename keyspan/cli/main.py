@@ -75,8 +75,28 @@ def run(
     try:
         runpy.run_path(job, run_name="__main__")
     except JobExecutionError as exc:
-        err.print(f"[red]{exc}[/red]", highlight=False)
+        err.print(str(exc), style="red", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1)
+    except (KeyboardInterrupt, SystemExit, typer.Exit):
+        raise
+    except Exception as exc:  # noqa: BLE001 — the job file itself failed (building the job, a bad argument)
+        from keyspan.common.logs import write_failure_log
+
+        log = write_failure_log(run_options.current().workdir, os.path.basename(job), exc)
+        where = _job_frame(exc, job)
+        err.print(f"keyspan: job file {job} failed{where}: {type(exc).__name__}: {str(exc)[:500]}\n"
+                  f"Nothing was committed by this failure. Full trace: {log}", style="red", highlight=False,
+                  markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _job_frame(exc: BaseException, job: str) -> str:
+    """" at line N" of the job file's innermost frame in the failure's trace, if it is there."""
+    import traceback
+
+    path = os.path.abspath(job)
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
+    return f" at line {lines[-1]}" if lines else ""
 
 
 def _job_or_exit(store, job: str) -> dict:

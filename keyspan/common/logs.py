@@ -4,11 +4,16 @@ one level for all (``--log-level`` / ``KEYSPAN_LOG_LEVEL``), Spark's log level f
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
+import traceback
 
-# Spark's WARN level is already chatty for a streaming job (e.g. every slow micro-batch): keyspan's
-# default INFO keeps Spark at ERROR, and DEBUG shows Spark's warnings.
-_SPARK_LEVELS = {"DEBUG": "WARN", "INFO": "ERROR", "WARNING": "ERROR", "ERROR": "ERROR", "CRITICAL": "FATAL"}
+# Spark's WARN level is already chatty for a streaming job (e.g. every slow micro-batch), and its ERROR
+# lines repeat a failing task's whole Java and Python trace, which keyspan reports itself in a few lines
+# (the trace goes to a log file): keyspan's default INFO keeps Spark at FATAL, WARNING shows Spark's
+# errors, DEBUG its warnings.
+_SPARK_LEVELS = {"DEBUG": "WARN", "INFO": "FATAL", "WARNING": "ERROR", "ERROR": "ERROR", "CRITICAL": "FATAL"}
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -36,4 +41,18 @@ def configure(level: str | None = None) -> str:
 def spark_level() -> str:
     """Spark's log level for the configured keyspan level."""
     level = logging.getLevelName(logging.getLogger("keyspan").getEffectiveLevel())
-    return _SPARK_LEVELS.get(level, "ERROR") if logging.getLogger("keyspan").handlers else "ERROR"
+    return _SPARK_LEVELS.get(level, "FATAL") if logging.getLogger("keyspan").handlers else "FATAL"
+
+
+def write_failure_log(workdir: str, job: str, exc: BaseException) -> str:
+    """Write the full trace of a failure (Spark's Java and Python traces included) to
+    ``<workdir>/logs/<job>-<time>.log`` and return the path: the terminal gets a few lines only."""
+    folder = os.path.join(os.path.abspath(workdir), "logs")
+    os.makedirs(folder, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job) or "keyspan"
+    path = os.path.join(folder, f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+    with open(path, "a") as f:
+        f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        for note in getattr(exc, "__notes__", ()):
+            f.write(f"{note}\n")
+    return path

@@ -45,6 +45,12 @@ class KeyspanSettings(BaseSettings):
     rest_open_reads: bool = Field(True, validation_alias=_env("rest_open_reads"),
                                   description="allow read-only API calls without the token when the API "
                                               "listens on loopback")
+    savepoint_key: Optional[str] = Field(None, validation_alias=_env("savepoint_key"),
+                                         description="HMAC key that signs savepoint and checkpoint metadata "
+                                                     "(default: generated into <workdir>/savepoint.key)")
+    lease_seconds: float = Field(30.0, validation_alias=_env("lease_seconds"),
+                                 description="how long a driver's claim on its job lasts without a heartbeat "
+                                             "before another driver may take the job over")
     progress_every: int = Field(10, validation_alias=_env("progress_every"),
                                 description="without a terminal, log one progress line every N epochs")
 

@@ -196,6 +196,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = int(options["max_records"]) if options.get("max_records") else None
         self.start = _json_option(options.get("start_offset"))
         self.wake_file = options.get("wake_file")
+        self.replay = _json_option(options.get("replay_ends")) or []
 
     def initialOffset(self):
         return self.start or self.reader.initial_offset()
@@ -206,6 +207,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxFiles(self.max_records) if self.reader.unit == "files" else ReadMaxRows(self.max_records)
 
     def latestOffset(self, start, limit):
+        pinned = self._replayed_end(start)
+        if pinned is not None:
+            return pinned
         if isinstance(limit, ReadMaxRows):
             end = self.reader.latest_offset(start, limit.max_rows)
         elif isinstance(limit, ReadMaxFiles):
@@ -218,6 +222,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # no new records, but processing-time timers or idle-split timeouts are due: an empty epoch
             return {**end, TICK: start.get(TICK, 0) + 1}
         return start
+
+    def _replayed_end(self, start):
+        """While replaying epochs of a checkpoint that could not be restored, each epoch ends where the
+        original one did, so a replayed epoch has the same records (and the same output files)."""
+        if not self.replay:
+            return None
+        at = max((i + 1 for i, end in enumerate(self.replay) if end == start), default=0)
+        if at == 0 and start != self.initialOffset():
+            return None
+        return next((end for end in self.replay[at:] if end != start), None)
 
     def prepareForTriggerAvailableNow(self):
         """Bounded sources never read past their end, so there is no target to record."""
@@ -265,7 +279,7 @@ def register_data_source(spark) -> None:
 
 
 def source_dataframe(spark, reader: SourceReader, parallelism: int, max_records: int | None,
-                     start_offset: dict | None, wake_file: str | None = None):
+                     start_offset: dict | None, wake_file: str | None = None, replay_ends: list | None = None):
     import json
 
     register_data_source(spark)
@@ -277,4 +291,6 @@ def source_dataframe(spark, reader: SourceReader, parallelism: int, max_records:
         r = r.option("max_records", str(max_records))
     if start_offset is not None:
         r = r.option("start_offset", json.dumps(start_offset))
+    if replay_ends:
+        r = r.option("replay_ends", json.dumps(replay_ends))
     return r.load()

@@ -14,12 +14,15 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
+import threading
 import time
 import uuid
 
+from keyspan.checkpoint import integrity
 from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, storage_failure
-from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore
 from keyspan.checkpoint.savepoint import (
     SavepointError,
     default_target,
@@ -29,6 +32,8 @@ from keyspan.checkpoint.savepoint import (
 )
 from keyspan.common.clock import LONG_MAX, wall_clock_ms
 from keyspan.common.job_execution_result import JobExecutionResult
+from keyspan.common.logs import write_failure_log
+from keyspan.common.settings import load as load_settings
 from keyspan.connectors.dead_letter import PoisonRecordError
 from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
@@ -74,7 +79,8 @@ class JobRunner:
         self.checkpoint_config = env.get_checkpoint_config()
         self.store = MetadataStore(options.metadata())
         root = self.checkpoint_config.get_checkpoint_storage_dir() or options.checkpoint_root()
-        self.storage = Storage(root, self.checkpoint_config.get_checkpoint_storage_options()).child(self.job_id)
+        self.checkpoint_root = Storage(root, self.checkpoint_config.get_checkpoint_storage_options())
+        self.storage = self.checkpoint_root.child(self.job_id)
         self.job_file = _job_file(options)
         self.job_bytes = None  # read now: a restart may run from the copy that --fresh is about to replace
         if self.job_file and os.path.exists(self.job_file):
@@ -87,8 +93,14 @@ class JobRunner:
         self.fingerprint = hashlib.sha256(json.dumps(
             [[(o["uid"], o["kind"]) for o in self.plan.operators], [t.spec.fingerprint() for t in self.plan.sources]]
         ).encode()).hexdigest()[:16]
+        self.source_ids = [{"uid": next(s for s in self.plan.stages if s.source is t).plan.ops[0].uid,
+                            "fingerprint": t.spec.fingerprint()} for t in self.plan.sources]
         self.progress = ProgressDisplay(options.progress)
+        self.scratch = fresh  # execute_and_collect: a throwaway run whose checkpoints nobody restores
         self.fresh = fresh or options.fresh
+        self.signing_key = integrity.signing_key(options.workdir)
+        self.lease = None  # this driver's claim on the job (metadata store)
+        self.replay: dict | None = None  # source index → end offsets of epochs replayed after a fallback
         self.control = JobControl()
         self.failure: BaseException | None = None
         self.restored_bytes: dict[tuple[int, int], int] = {}  # (stage, subtask) → state bytes its first epoch read
@@ -103,19 +115,76 @@ class JobRunner:
         self._in_epoch = False
 
     # -- set-up ---------------------------------------------------------------------------------
-    def _start_fresh(self) -> None:
+    def _claim(self) -> None:
+        """One driver per job: claim it in the metadata store, and keep the claim alive with
+        heartbeats; losing it stops this driver's query (its commits are refused anyway)."""
+        duration = load_settings().lease_seconds
+        try:
+            self.lease = self.store.claim_lease(self.job_id, socket.gethostname(), os.getpid(), duration)
+        except LeaseHeld as exc:
+            raise JobExecutionError(f"keyspan: {exc}") from None
+        self._heartbeat_stop = threading.Event()
+
+        def beat():
+            while not self._heartbeat_stop.wait(duration / 3):
+                try:
+                    self.lease.renew()
+                except Fenced as exc:
+                    self.failure = exc
+                    if self.query is not None:
+                        self.query.stop()
+                    return
+                except Exception:  # noqa: BLE001 — a store hiccup: the next beat tries again
+                    pass
+
+        threading.Thread(target=beat, name=f"keyspan-lease-{self.job_id}", daemon=True).start()
+
+    def _release(self) -> None:
+        if self.lease is None or self._heartbeat_stop.is_set():
+            return
+        self._heartbeat_stop.set()
+        try:
+            self.lease.release()
+        except Exception:  # noqa: BLE001 — the claim then simply expires
+            pass
+
+    def _start_over(self, reason: str) -> None:
+        """Start the job from nothing. The checkpoints of earlier runs are moved aside, never deleted
+        (only ``execute_and_collect``'s own throwaway checkpoints are)."""
+        rows = self.store.list_checkpoints(self.job_id)
+        if self.scratch or not (rows or self.storage.list("")):
+            self.storage.delete("", recursive=True)
+        else:
+            moved = self._set_aside(rows)
+            retained = [r["epoch"] for r in rows if not r["discarded"]]
+            kept = f"checkpoints {retained[0]}–{retained[-1]}" if retained else "its files"
+            print(f"keyspan: job '{self.job_id}' starts from scratch: {reason}. Its {kept} were moved to "
+                  f"{moved.uri} (restore one with `keyspan run -s {moved.uri}/chk-<epoch>`; delete that folder "
+                  "when no longer needed)", file=sys.stderr)
         self.store.forget_job(self.job_id)
-        self.storage.delete("", recursive=True)
         shutil.rmtree(self._spark_dir_root(), ignore_errors=True)
+
+    def _set_aside(self, rows: list[dict]) -> Storage:
+        """Move the job's checkpoint folder next to itself, with its checkpoint history in
+        ``checkpoints.json``; returns where it went."""
+        self.storage.write("checkpoints.json", json.dumps(rows, default=str, indent=1).encode())
+        name = f"{self.job_id}.before-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        if self.checkpoint_root.is_local:
+            self.checkpoint_root.rename(self.job_id, name)
+        else:
+            self.storage.copy_tree("", self.checkpoint_root.child(name), "")
+            self.storage.delete("", recursive=True)
+        return self.checkpoint_root.child(name)
 
     def _spark_dir_root(self) -> str:
         return os.path.join(os.path.abspath(self.options.workdir), "spark", self.job_id)
 
-    def _choose_run(self, latest_checkpoint):
-        """Resume the last run while its Spark offset log exists; otherwise start a new run that
-        continues after the latest committed checkpoint."""
+    def _choose_run(self, latest_checkpoint, force_new: bool = False):
+        """Resume the last run while its Spark offset log exists (and nothing forces a new run: a
+        changed job, a fallback to an older checkpoint); otherwise start a new run that continues
+        after the checkpoint restored."""
         run = self.store.latest_run(self.job_id)
-        if run and os.path.isdir(run["spark_checkpoint"]) and run["parallelism"] == self.parallelism:
+        if not force_new and run and os.path.isdir(run["spark_checkpoint"]) and run["parallelism"] == self.parallelism:
             self.store.resume_run(run["run_id"])
             return run, False
         run_id = uuid.uuid4().hex[:12]
@@ -126,40 +195,123 @@ class JobRunner:
                              self.fingerprint)
         return self.store.latest_run(self.job_id), True
 
-    def _must_start_over(self) -> str | None:
-        """Why the job's last run cannot be continued, if it cannot: a bounded run that finished has
-        nothing left to resume, and a job whose operators or input changed must not inherit offsets."""
+    def _finished_before(self) -> bool:
+        """A bounded run that finished has nothing left to resume: running the job again starts over."""
         run = self.store.latest_run(self.job_id)
-        if run is None:
+        return bool(run and run["status"] == "FINISHED" and self.store.latest_checkpoint(self.job_id) is not None)
+
+    def _changed(self) -> bool:
+        run = self.store.latest_run(self.job_id)
+        return bool(run and run["fingerprint"] != self.fingerprint)
+
+    def _restorable_checkpoint(self) -> dict | None:
+        """The latest checkpoint whose files are all intact (checked here on the driver, before Spark
+        starts). Newer ones that are not are taken out of the job's history (their rows kept in
+        ``abandoned/`` beside their files), and the epochs after the one chosen are replayed ending
+        at the same offsets as before, so their output files are rewritten, not duplicated."""
+        candidates = self.store.list_checkpoints(self.job_id, include_discarded=False)
+        if not candidates:
             return None
-        if run["status"] == "FINISHED":
-            return None if self.store.latest_checkpoint(self.job_id) is None else "its last run finished"
-        if run["fingerprint"] != self.fingerprint:
-            return "its operators or input changed since its last checkpoint"
-        return None
+        chosen, rejected = integrity.newest_intact(self.storage, candidates)
+        if not rejected:
+            return chosen
+        for epoch, why in rejected:
+            print(f"keyspan: job '{self.job_id}': checkpoint {epoch} cannot be restored: {why}", file=sys.stderr)
+        if chosen is None:
+            raise JobExecutionError(
+                f"job '{self.job_id}' cannot start: none of its retained checkpoints is intact (tried "
+                f"{', '.join(str(e) for e, _ in rejected)}; see above). Restore a savepoint with -s, or start "
+                "over with --fresh")
+        newer = [c for c in candidates if c["epoch"] > chosen["epoch"]]
+        for c in newer:
+            self.storage.write(f"abandoned/chk-{c['epoch']:010d}.json", json.dumps(c, default=str).encode())
+        self.store.abandon_checkpoints(self.job_id, [c["epoch"] for c in newer])
+        self.replay = {str(i): [(c["source_offsets"] or {}).get(str(i)) for c in newer]
+                       for i in range(len(self.plan.sources))}
+        print(f"keyspan: job '{self.job_id}' falls back to checkpoint {chosen['epoch']}, the newest intact one, "
+              f"and replays epochs {newer[0]['epoch']}–{newer[-1]['epoch']} from its offsets", file=sys.stderr)
+        return chosen
+
+    def _adopt_changed_job(self, latest: dict) -> dict:
+        """Restore a job whose graph changed from its latest checkpoint by uid, as ``-s`` restores a
+        savepoint: new operators start empty, state of operators the job no longer has is refused
+        unless --allow-non-restored-state, and each source continues from its own recorded offsets."""
+        uids = {o["uid"] for o in self.plan.operators}
+        orphaned = sorted(uid for uid in latest["manifest"] if uid not in uids)
+        if orphaned and not self.options.allow_non_restored_state:
+            raise JobExecutionError(
+                f"job '{self.job_id}' changed: checkpoint {latest['epoch']} has state for operator(s) "
+                f"{', '.join(orphaned)} that the job no longer has. Give them their uid(...) back, or pass "
+                "--allow-non-restored-state to drop that state (or --fresh to start over)")
+        manifest = {uid: handles for uid, handles in latest["manifest"].items() if uid not in orphaned}
+        offsets = self._map_offsets(latest)
+        new = sorted(uids - set(latest["manifest"]))
+        print(f"keyspan: job '{self.job_id}' changed since checkpoint {latest['epoch']}: restoring it by operator "
+              f"uid" + (f"; dropping the state of {', '.join(orphaned)}" if orphaned else "") +
+              (f"; operators without restored state: {', '.join(new)}" if new else ""), file=sys.stderr)
+        return {**latest, "manifest": manifest, "source_offsets": offsets}
+
+    def _map_offsets(self, latest: dict) -> dict:
+        """Each source's offsets by its uid: the same input continues where it was, a new source
+        starts at its beginning; a source whose input changed under the same uid cannot continue."""
+        recorded = latest.get("sources")
+        offsets = latest.get("source_offsets") or {}
+        if recorded is None:
+            if not offsets:
+                return offsets
+            raise JobExecutionError(
+                f"job '{self.job_id}' changed, and checkpoint {latest['epoch']} does not record which source its "
+                "offsets belong to (written by an older keyspan): restore a savepoint with -s, or start over "
+                "with --fresh")
+        mapped = {}
+        for i, source in enumerate(self.source_ids):
+            old = next((j for j, s in enumerate(recorded) if s["uid"] == source["uid"]), None)
+            if old is None:
+                mapped[str(i)] = None
+            elif recorded[old]["fingerprint"] == source["fingerprint"]:
+                mapped[str(i)] = offsets.get(str(old))
+            else:
+                raise JobExecutionError(
+                    f"job '{self.job_id}': source '{source['uid']}' now reads other input than checkpoint "
+                    f"{latest['epoch']} recorded offsets for, so it cannot continue from them. Start over with "
+                    "--fresh, or give the new input a new uid(...) so it is read from its beginning")
+        return mapped
 
     # -- running ------------------------------------------------------------------------------
     def run(self) -> JobExecutionResult:
+        self._claim()
+        try:
+            return self._run()
+        finally:
+            self._release()
+
+    def _run(self) -> JobExecutionResult:
         started = time.time()
         plan = self.plan
         self._warn_generated_uids()
         savepoint = self._load_savepoint() if self.options.savepoint_path else None
-        reason = None if (self.fresh or savepoint) else self._must_start_over()
-        if reason:
-            print(f"keyspan: job '{self.job_id}' starts from scratch: {reason}", file=sys.stderr)
-        if self.fresh or reason or savepoint:
-            self._start_fresh()
+        if self.fresh:
+            self._start_over("--fresh was given" if self.options.fresh else "a collect run starts fresh")
+        elif savepoint:
+            self._start_over_from(savepoint)
+        elif self._finished_before():
+            self._start_over("its last run finished")
         self.store.register_job(self.job_id, self.job_name, self.job_file, self.code_version, self.max_parallelism)
         self._keep_job_file()
         if savepoint:
             self._commit_restore_point(savepoint)
-        latest = self.store.latest_checkpoint(self.job_id)
+        changed = savepoint is None and self._changed()
+        latest = self._restorable_checkpoint()
+        fell_back = self.replay is not None
+        if latest is not None and changed:
+            latest = self._adopt_changed_job(latest)
+            self.replay = None
         if latest is not None and latest["max_parallelism"] != self.max_parallelism:
             raise JobExecutionError(
                 f"job '{self.job_id}': checkpoint {latest['epoch']} was written with max parallelism "
                 f"{latest['max_parallelism']}, the job now asks for {self.max_parallelism}. Max parallelism "
                 "fixes the key groups for the life of the state; keep it, or start over with --fresh.")
-        self.run_info, new_run = self._choose_run(latest)
+        self.run_info, new_run = self._choose_run(latest, force_new=changed or fell_back)
         if savepoint:
             print(f"keyspan: restoring job '{self.job_id}' from savepoint {savepoint['uri']} (epoch "
                   f"{savepoint['epoch']}, parallelism {savepoint['parallelism']} -> {self.parallelism})",
@@ -177,7 +329,8 @@ class JobRunner:
                       if s.source is None and s.plan.input_format != InputFormat.PUSHED_DOWN],
             counted={s.plan.stage_id for s in plan.stages
                      if s.source is not None or s.plan.input_format == InputFormat.TYPED_KEYED},
-            sinks=plan.task_sinks, operators=plan.operators, committed=latest)
+            sinks=plan.task_sinks, operators=plan.operators, committed=latest, lease=self.lease,
+            job_name=self.job_name, signing_key=self.signing_key)
         self.coordinator.publish_pending()
         self.observer = JobObserver(self)
 
@@ -195,7 +348,7 @@ class JobRunner:
                 "(from_collection, FileSource) to restore from savepoints")
         bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
         stream = self.stages.source_stream(self.storage, self.parallelism, offsets,
-                                           None if bounded else self._wake_file())
+                                           None if bounded else self._wake_file(), self.replay)
         self.stream_schema = stream.schema
         writer = stream.writeStream.foreachBatch(self._run_epoch).option(
             "checkpointLocation", self.run_info["spark_checkpoint"]).queryName(f"keyspan-{self.job_id}")
@@ -231,6 +384,7 @@ class JobRunner:
                 self._end_of_input()
             except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
                 self._fail(self.failure or exc)
+        self._release()  # before the run shows as ended: whoever waits for that may start the job at once
         self.store.end_run(self.run_info["run_id"], status)
         last = self.committed["epoch"] if self.committed else None
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
@@ -251,7 +405,7 @@ class JobRunner:
 
     def _load_savepoint(self) -> dict:
         try:
-            metadata = load_savepoint(self.options.savepoint_path)
+            metadata = load_savepoint(self.options.savepoint_path, key=self.signing_key)
         except SavepointError as exc:
             raise JobExecutionError(str(exc)) from None
         if metadata["max_parallelism"] != self.max_parallelism:
@@ -269,6 +423,21 @@ class JobRunner:
             del metadata["state"][uid]
         return metadata
 
+    def _start_over_from(self, savepoint: dict) -> None:
+        """A restore from a savepoint (or retained checkpoint) begins a new history: the job's older
+        checkpoints are moved aside, not deleted (also when the one restored is among them)."""
+        inside = savepoint["uri"].startswith(self.storage.uri + "/")
+        rows = self.store.list_checkpoints(self.job_id)
+        if not (rows or self.storage.list("")):
+            self.store.forget_job(self.job_id)
+            return
+        moved = self._set_aside(rows)
+        if inside:
+            savepoint["uri"] = moved.uri + savepoint["uri"][len(self.storage.uri):]
+        print(f"keyspan: job '{self.job_id}': its earlier checkpoints were moved to {moved.uri}", file=sys.stderr)
+        self.store.forget_job(self.job_id)
+        shutil.rmtree(self._spark_dir_root(), ignore_errors=True)
+
     def _commit_restore_point(self, savepoint: dict) -> None:
         """The savepoint becomes the job's latest checkpoint; its files stay where they are (and are
         never deleted by keyspan)."""
@@ -276,7 +445,7 @@ class JobRunner:
             job_id=self.job_id, epoch=savepoint["epoch"], run_id="savepoint", parallelism=savepoint["parallelism"],
             max_parallelism=savepoint["max_parallelism"], source_offsets=savepoint["source_offsets"],
             manifest=restored_manifest(savepoint), tokens={}, sinks={}, operators=savepoint["operators"],
-            event_time=savepoint.get("event_time") or {},
+            event_time=savepoint.get("event_time") or {}, sources=savepoint.get("sources"), fence=self.lease,
             bytes_written=0, records=0, restored_from=f"savepoint:{savepoint['uri']}",
             code_version=savepoint.get("code_version"))
 
@@ -298,7 +467,7 @@ class JobRunner:
             root = self.env.get_default_savepoint_directory() or self.options.savepoint_root()
             target = target or default_target(root, self.job_id, checkpoint["epoch"])
             path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name,
-                                   job_file_bytes=self.job_bytes,
+                                   job_file_bytes=self.job_bytes, key=self.signing_key,
                                    extra={"restored_from": self.run_info.get("restored_from")})
         self.store.add_savepoint(path=path, job_id=self.job_id, epoch=checkpoint["epoch"],
                                  parallelism=checkpoint["parallelism"], code_version=self.code_version,
@@ -327,29 +496,27 @@ class JobRunner:
         self.query.stop()
 
     def _fail(self, exc: BaseException):
-        self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+        """Fail with a few readable lines (what failed, why, what to do); Spark's full Java and Python
+        trace goes to a log file under the workdir, whose path the message ends with."""
+        if not isinstance(exc, Fenced):  # the run row now belongs to the driver that took over
+            self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+        log = write_failure_log(self.options.workdir, self.job_id, exc)
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
             line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
-            raise JobExecutionError(f"job '{self.job_id}' failed: {line}. Full trace: {self._trace_log(text)}") from None
-        for marker in (UserFunctionError.MARKER, "StateSerializationError: "):
-            if marker in text:  # a user function or a state value at fault: say which, not Spark's trace
+            raise JobExecutionError(f"job '{self.job_id}' failed: {line}.\nfull trace: {log}") from None
+        for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: "):
+            if marker in text:  # a user function, a state value or a state file at fault: say which
                 line = text[text.index(marker) + len(marker):].splitlines()[0]
                 raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
-                                        "was committed.") from None
+                                        f"was committed.\nfull trace: {log}") from None
         if isinstance(exc, JobExecutionError):
             raise exc
-        if isinstance(exc, CheckpointFailed):
-            raise JobExecutionError(str(exc)) from None
-        raise JobExecutionError(f"job '{self.job_id}' failed: {type(exc).__name__}: {text[:4000]}") from exc
-
-    def _trace_log(self, text: str) -> str:
-        """Writes a failure's full Spark/Python trace to a file under the workdir; returns its path."""
-        path = os.path.join(os.path.abspath(self.options.workdir), "logs", f"{self.job_id}-{int(time.time() * 1000)}.log")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+        if isinstance(exc, (CheckpointFailed, Fenced)):
+            raise JobExecutionError(f"{exc}\nfull trace: {log}") from None
+        raise JobExecutionError(f"job '{self.job_id}' failed: {_summary(exc)}\nNo state or output of the failing "
+                                f"epoch was committed; running the job again resumes from the last checkpoint."
+                                f"\nfull trace: {log}") from None
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
@@ -460,7 +627,7 @@ class JobRunner:
         self.committed = self.coordinator.commit(
             epoch, reports, before_commit=self.observer.committing, run_id=self.run_info["run_id"], parallelism=self.parallelism,
             max_parallelism=self.max_parallelism, source_offsets=offsets,
-            restored_from=self.run_info["restored_from"], code_version=self.code_version,
+            restored_from=self.run_info["restored_from"], code_version=self.code_version, sources=self.source_ids,
             event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished))
         self.parallel_changed = False
         self.observer.committed(epoch, reports)
@@ -492,6 +659,17 @@ def _batch_mode(env, plan, job_id: str) -> bool:
                                 f"{', '.join(unbounded)} is unbounded; use RuntimeExecutionMode.STREAMING "
                                 "(or AUTOMATIC), or make the source bounded")
     return mode == RuntimeExecutionMode.BATCH or (mode == RuntimeExecutionMode.AUTOMATIC and bounded)
+
+
+def _summary(exc: BaseException) -> str:
+    """The line of a (Spark-wrapped) failure that says what went wrong: the last Python error line of
+    a task's trace, or the exception's own first line."""
+    text = str(exc)
+    errors = [line.strip() for line in text.splitlines()
+              if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)", line)
+              and not line.strip().startswith(("org.apache", "java.", "py4j", "scala."))]
+    line = errors[-1] if errors else (text.strip().splitlines() or [type(exc).__name__])[0]
+    return line[:500]
 
 
 def _storage_failure(exc: BaseException) -> str | None:

@@ -35,9 +35,11 @@ class SparkStages:
         return next(s for s in self.plan.stages if s.source is source)
 
     # -- the sources --------------------------------------------------------------------------------
-    def source_stream(self, storage, parallelism: int, offsets: dict | None, wake_file: str | None):
+    def source_stream(self, storage, parallelism: int, offsets: dict | None, wake_file: str | None,
+                      replay: dict | None = None):
         """One streaming DataFrame for the whole job: several sources are unioned and told apart by
-        a ``_ks_src`` column, so every source advances in the same micro-batch (one consistent cut)."""
+        a ``_ks_src`` column, so every source advances in the same micro-batch (one consistent cut).
+        ``replay``: source index → the end offsets of epochs to replay exactly as they ran."""
         frames = []
         for i, t in enumerate(self.plan.sources):
             if hasattr(t.spec, "reader"):
@@ -45,7 +47,8 @@ class SparkStages:
                 start = offsets.get(str(i)) if offsets else None
                 limit = None if self.batch else (
                     t.spec.max_per_epoch or (self.max_records_per_epoch if reader.unit == "records" else None))
-                df = source_dataframe(self.spark, reader, parallelism, limit, start, wake_file)
+                df = source_dataframe(self.spark, reader, parallelism, limit, start, wake_file,
+                                      (replay or {}).get(str(i)))
                 self.readers[i] = reader
             elif hasattr(t.spec, "dataframe"):
                 df = t.spec.dataframe

@@ -4,6 +4,8 @@ each other; this module is where they meet."""
 
 from __future__ import annotations
 
+import pickle
+
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, StateHandle
 from keyspan.checkpoint.manifest import full_snapshot_due, restore_order
@@ -16,9 +18,16 @@ def restore_keyed(backend, handles: list[StateHandle], key_groups: range, storag
     group at a time; returns the bytes read."""
     stats = statefile.ReadStats()
     for h in restore_order(handles, key_groups, after_epoch):
-        for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
-            backend.restore_payload(kg, payload)
-            del payload  # not held while the next key group is read
+        try:
+            for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
+                backend.restore_payload(kg, payload)
+                del payload  # not held while the next key group is read
+        except statefile.CorruptStateFile:
+            raise
+        except (pickle.UnpicklingError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError) as exc:
+            raise statefile.CorruptStateFile(
+                f"state file {h['path']} of operator '{h['uid']}' (epoch {h['epoch']}) cannot be decoded: "
+                f"{type(exc).__name__}: {exc}") from exc
     return stats.bytes_read
 
 

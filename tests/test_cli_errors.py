@@ -1,0 +1,71 @@
+"""Errors a person can read: a failing job prints a few lines on the terminal (job, operator,
+record, why, what next) and the full Spark/Java/Python trace goes to a log file under the workdir
+whose path the message gives."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+FAILING_JOB = '''
+from keyspan.datastream import StreamExecutionEnvironment
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+env.from_collection([1, 2, 0, 4]).uid("numbers").map(lambda x: 10 // x).name("divide").uid("divide").print()
+env.execute("divider")
+'''
+
+BROKEN_JOB = '''
+from keyspan.datastream import StreamExecutionEnvironment
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(0)
+'''
+
+
+def _run(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    job = tmp_path / "job.py"
+    job.write_text(source)
+    return subprocess.run([sys.executable, "-m", "keyspan", "run", str(job), "--workdir", str(tmp_path / "w"),
+                           "--no-progress"], capture_output=True, text=True, timeout=400, cwd=tmp_path,
+                          env=dict(os.environ))
+
+
+SPARK_BANNER = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level",
+                "keyspan: dashboard")
+
+
+def _ours(err: str) -> list[str]:
+    """stderr without the JVM's start-up banner and the dashboard address."""
+    return [line for line in err.strip().splitlines() if not line.startswith(SPARK_BANNER)]
+
+
+def _log_path(err: str) -> Path:
+    match = re.search(r"[Ff]ull trace: (\S+\.log)", err)
+    assert match, err
+    return Path(match.group(1))
+
+
+def test_a_failing_user_function_prints_a_few_lines_and_logs_the_trace(tmp_path):
+    done = _run(tmp_path, FAILING_JOB)
+    assert done.returncode == 1
+    err = done.stderr.strip()
+    assert "divider" in err and "divide" in err and "ZeroDivisionError" in err, err[-3000:]
+    assert len(_ours(err)) <= 4, err
+    assert "at org.apache" not in err and "Traceback" not in err
+    log = _log_path(err)
+    assert log.is_relative_to(tmp_path / "w" / "logs")
+    assert "Traceback" in log.read_text() and "ZeroDivisionError" in log.read_text()
+
+
+def test_a_job_file_that_fails_while_building_names_its_line(tmp_path):
+    done = _run(tmp_path, BROKEN_JOB)
+    assert done.returncode == 1
+    err = done.stderr.strip()
+    assert "job.py failed at line 5" in err, err
+    assert len(_ours(err)) <= 3 and "Traceback" not in err, err
+    assert "Traceback" in _log_path(err).read_text()
