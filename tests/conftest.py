@@ -18,7 +18,7 @@ TEST_MASTER = "local[2,3]"
 
 @pytest.fixture(scope="session")
 def spark():
-    session = get_or_create_spark(2, master=TEST_MASTER)
+    session = get_or_create_spark(2, master=TEST_MASTER, ui=False)
     yield session
     session.stop()
 
