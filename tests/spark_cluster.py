@@ -27,6 +27,7 @@ class SparkCluster:
         import pyspark
 
         self.base = base
+        os.makedirs(base, exist_ok=True)
         self.spark_home = os.path.dirname(pyspark.__file__)
         self.port, self.webui_port = free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"

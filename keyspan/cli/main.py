@@ -134,7 +134,7 @@ def launch_command(launch: dict, job_file: str | None = None, **flags) -> list[s
             continue
         name = "--" + (flag if flag == "fromSavepoint" else flag.replace("_", "-"))
         cmd += [name] if value is True else [name, str(value)]
-    return cmd + launch["args"]
+    return cmd + (["--", *launch["args"]] if launch["args"] else [])
 
 
 def _start_driver(cmd: list[str], log: str, launch: dict) -> subprocess.Popen:

@@ -61,6 +61,8 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
         launch.setAll(conf.items())
         launch.setIfMissing("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
         SparkContext._ensure_initialized(conf=launch)
+    else:
+        SparkContext._ensure_initialized()  # connect to spark-submit's JVM: its settings become visible
     spark_conf = SparkConf()  # everything already given: spark-submit's flags, spark-defaults.conf, the JVM's
     spark_conf.setAll(conf.items())
     if not spark_conf.contains("spark.master"):
