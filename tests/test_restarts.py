@@ -15,7 +15,6 @@ from keyspan.common.restart_strategy import RestartStrategies
 from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.state import ValueStateDescriptor
-from keyspan.runtime import options as run_options
 from keyspan.runtime.executor import JobExecutionError
 
 from savepoint_helpers import store, use_options
