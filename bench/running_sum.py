@@ -4,6 +4,7 @@ Same process, same SparkSession, same Parquet events, same streaming source (one
 micro-batch, so every run checkpoints every ~100k events) and the same available-now trigger.
 
     python bench/running_sum.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 3]
+    python bench/running_sum.py --master spark://HOST:7077 [--events ...]   # keyspan on a cluster vs local mode
 
 keyspan: from_spark → key_by(key) → KeyedProcessFunction with ValueState → DiscardingSink, a
 checkpoint (state delta files + metadata commit) every epoch; its final state is read back from
@@ -15,9 +16,11 @@ worker, no persistence at all (the bare limit). The peers use Spark's noop sink.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +67,47 @@ def run_keyspan(spark, directory: str, workdir: str, job: str, files_per_trigger
             "epochs": result.epochs}
 
 
+def measure_on(master: str, args) -> dict:
+    """keyspan alone on ``master`` (its own process: one SparkContext per process), median rate of
+    ``--repeats`` runs after a warm-up, state verified. The data and checkpoints sit in a local temp
+    folder: with a loopback cluster every executor shares this host's disk."""
+    from keyspan.runtime.session import get_or_create_spark
+
+    os.environ["KEYSPAN_ALLOW_LOCAL_STORAGE"] = "true"
+    work = tempfile.mkdtemp(prefix="keyspan-bench-")
+    try:
+        data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)
+        spark = get_or_create_spark(2, master, {"spark.executor.memory": "1g", "spark.ui.enabled": "false",
+                                                "spark.scheduler.minRegisteredResourcesRatio": "1.0"})
+        warm_up(spark, work)
+        run_keyspan(spark, os.path.join(work, "warmup-events"), os.path.join(work, "ks-warm"), "warm")
+        rates = []
+        for i in range(args.repeats):
+            r = run_keyspan(spark, data, os.path.join(work, f"ks-{i}"), f"running-sum-{i}")
+            state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(),
+                                       f"running-sum-{i}", "running-sum")["total"]
+            assert state == expected_sums(data), "keyspan's checkpointed state differs from the expected sums"
+            rates.append(r["rate"])
+        spark.stop()
+        return {"master": master, "rate": statistics.median(rates), "epochs": r["epochs"]}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compare_masters(args) -> None:
+    """Local mode and ``--master``, each in a fresh driver process, side by side."""
+    results = []
+    for master in ("local[2]", args.master):
+        cmd = [sys.executable, os.path.abspath(__file__), "--measure-on", master, "--events", str(args.events),
+               "--keys", str(args.keys), "--files", str(args.files), "--repeats", str(args.repeats)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{args.events:,} events, {args.keys:,} keys, {args.files} epochs, parallelism 2 (median of "
+          f"{args.repeats}, state verified)")
+    for r in results:
+        print(f"keyspan on {r['master']:<28} {r['rate']:>12,.0f} events/s")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -71,7 +115,15 @@ def main():
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-tws", action="store_true")
+    ap.add_argument("--master", help="also run keyspan on this Spark master and print its rate next to local mode")
+    ap.add_argument("--measure-on", help=argparse.SUPPRESS)  # the child process of --master
     args = ap.parse_args()
+    if args.measure_on:
+        print(json.dumps(measure_on(args.measure_on, args)))
+        return
+    if args.master:
+        compare_masters(args)
+        return
     work = tempfile.mkdtemp(prefix="keyspan-bench-")
     try:
         data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)

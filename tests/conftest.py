@@ -18,7 +18,7 @@ TEST_MASTER = "local[2,3]"
 
 @pytest.fixture(scope="session")
 def spark():
-    session = get_or_create_spark(2, master=TEST_MASTER)
+    session = get_or_create_spark(2, master=TEST_MASTER, ui=False)
     yield session
     session.stop()
 
@@ -47,3 +47,72 @@ def python():
 
 def pytest_configure(config):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+# -- servers the cluster tests start on loopback: PostgreSQL and a Spark standalone cluster ---------
+
+def _postgres_bin() -> str | None:
+    import glob
+    import shutil
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    path = found[-1] if found else shutil.which("pg_ctl")
+    return os.path.dirname(path) if path else None
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server on 127.0.0.1 (initdb + pg_ctl in a temp dir, a free port) for the whole
+    test session; yields the SQLAlchemy URL of its ``postgres`` database."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    bindir = _postgres_bin()
+    if bindir is None:
+        reason = "PostgreSQL server binaries (initdb, pg_ctl) are not installed: apt-get install postgresql"
+        print(f"\nSKIP: {reason}")
+        pytest.skip(reason)
+    base = tempfile.mkdtemp(prefix="keyspan-pg-")
+    as_user = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: the server runs as Debian's postgres user
+        shutil.chown(base, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    from spark_cluster import free_port
+
+    data, port = os.path.join(base, "data"), free_port()
+    subprocess.run(as_user + [f"{bindir}/initdb", "-D", data, "-U", "keyspan", "--auth=trust", "-E", "UTF8",
+                              "--no-sync"], check=True, capture_output=True)
+    subprocess.run(as_user + [f"{bindir}/pg_ctl", "-D", data, "-l", os.path.join(base, "server.log"), "-w",
+                              "-t", "60", "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off",
+                              "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql://keyspan@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(as_user + [f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A fresh database on the session's PostgreSQL server (each test its own metadata store)."""
+    import uuid
+
+    import psycopg
+
+    name = f"ks_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_server, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """One Spark standalone cluster (master + 2 workers, 1 core each, on loopback) per test session."""
+    from spark_cluster import SparkCluster
+
+    cluster = SparkCluster(str(tmp_path_factory.mktemp("spark-cluster")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -28,7 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 metadata = MetaData()
 
@@ -186,6 +186,27 @@ _ENGINES: dict[str, object] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
+def engine_url(url: str) -> str:
+    """The SQLAlchemy URL for a store URL: ``postgresql://`` and ``postgres://`` (as PostgreSQL and
+    its hosting services write them) use psycopg 3, the driver of keyspan's ``postgres`` extra."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _create_engine(url: str):
+    """An engine for the store URL, with a message saying what to install when its driver is missing."""
+    try:
+        engine = create_engine(engine_url(url), future=True, pool_pre_ping=not url.startswith("sqlite"))
+    except ModuleNotFoundError as exc:
+        raise RuntimeError(f"the metadata store {url} needs the Python package '{exc.name}'; for PostgreSQL "
+                           "install keyspan with its postgres extra: pip install 'keyspan[postgres]'") from None
+    if url.startswith("sqlite"):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
 def _engine(url: str):
     """One engine per URL per process; tables are created once, tolerating another process doing
     the same at the same moment."""
@@ -195,15 +216,13 @@ def _engine(url: str):
             return engine
         if url.startswith("sqlite:///"):
             os.makedirs(os.path.dirname(url[len("sqlite:///") :]) or ".", exist_ok=True)
-        engine = create_engine(url, future=True)
-        if url.startswith("sqlite"):
-            event.listen(engine, "connect", _sqlite_pragmas)
+        engine = _create_engine(url)
         for attempt in range(5):
             try:
                 metadata.create_all(engine)
                 _migrate(engine)
                 break
-            except (OperationalError, IntegrityError):
+            except (OperationalError, IntegrityError, ProgrammingError):  # another driver created them first
                 if attempt == 4:
                     raise
                 time.sleep(0.1 * (attempt + 1))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import runpy
+import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -54,6 +56,18 @@ def run(
                                                  help="restore the job's state from this savepoint"),
     allow_non_restored_state: bool = typer.Option(False, "--allow-non-restored-state", "-n",
                                                   help="drop savepoint state of operators the job no longer has"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (spark://, yarn, k8s://, "
+                                         "local[N]); default: spark-submit's, KEYSPAN_SPARK_MASTER, or local"),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", help="a Spark setting k=v (repeatable)"),
+    spark_ui: bool = typer.Option(True, "--spark-ui/--no-spark-ui", help="start Spark's web UI (its URL is printed)"),
+    allow_local_storage: bool = typer.Option(False, "--allow-local-storage", help="accept file:// checkpoint and "
+                                             "savepoint paths with a multi-host master (a mount all hosts share)"),
+    restart_attempts: Optional[int] = typer.Option(None, "--restart-attempts", help="restart a failed run from "
+                                                   "its latest checkpoint up to N times (unless the job sets "
+                                                   "its own restart strategy)"),
+    restart_delay: float = typer.Option(10.0, "--restart-delay", help="seconds to wait before each restart"),
+    detached: bool = typer.Option(False, "--detached", "-d", help="run in the background: print the job id and "
+                                  "the log file (under the workdir) and return"),
 ):
     """Run JOB.py; resumes from the job's latest checkpoint unless --fresh (or -s SAVEPOINT)."""
     from keyspan.runtime.executor import JobExecutionError
@@ -67,11 +81,33 @@ def run(
     except JavaNotFoundError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
-    run_options.install(_options(workdir, metadata_url, parallelism=parallelism, checkpoint_dir=checkpoint_dir,
-                                 fresh=fresh, job_file=os.path.abspath(job), progress=progress,
-                                 savepoint_path=from_savepoint, allow_non_restored_state=allow_non_restored_state))
+    spark_conf = {}
+    for item in conf or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            err.print(f"[red]keyspan: --conf {item!r} is not key=value (e.g. --conf spark.executor.memory=2g)[/red]")
+            raise typer.Exit(2)
+        spark_conf[key.strip()] = value
+    if master:
+        spark_conf["spark.master"] = master
+    opts = _options(workdir, metadata_url, parallelism=parallelism, checkpoint_dir=checkpoint_dir,
+                    fresh=fresh, job_file=os.path.abspath(job), progress=progress and not detached,
+                    savepoint_path=from_savepoint, allow_non_restored_state=allow_non_restored_state,
+                    spark_conf=spark_conf, spark_ui=spark_ui, restart_attempts=restart_attempts,
+                    restart_delay_s=restart_delay, code_dir=os.path.dirname(os.path.abspath(job)))
+    opts.allow_local_storage = opts.allow_local_storage or allow_local_storage
+    opts.launch = {"job_file": os.path.abspath(job), "args": list(ctx.args), "cwd": os.getcwd(),
+                   "code_dir": opts.code_dir, "workdir": os.path.abspath(opts.workdir),
+                   "metadata_url": metadata_url, "checkpoint_dir": checkpoint_dir, "conf": list(conf or []),
+                   "master": master, "spark_ui": spark_ui, "allow_local_storage": allow_local_storage,
+                   "restart_attempts": restart_attempts, "restart_delay": restart_delay}
+    if detached:
+        _run_detached(opts, fresh=fresh, from_savepoint=from_savepoint, parallelism=parallelism,
+                      allow_non_restored_state=allow_non_restored_state)
+        return
+    run_options.install(opts)
     sys.argv = [job] + list(ctx.args)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(job)))
+    sys.path.insert(0, opts.code_dir)
     try:
         runpy.run_path(job, run_name="__main__")
     except JobExecutionError as exc:
@@ -97,6 +133,62 @@ def _job_frame(exc: BaseException, job: str) -> str:
     path = os.path.abspath(job)
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
     return f" at line {lines[-1]}" if lines else ""
+
+
+def launch_command(launch: dict, job_file: str | None = None, **flags) -> list[str]:
+    """The ``keyspan run`` command line of a stored launch (see ``run``), with ``flags`` added
+    (``parallelism=4``, ``fromSavepoint=...``; True means a bare flag)."""
+    cmd = [sys.executable, "-m", "keyspan", "run", job_file or launch["job_file"], "--workdir", launch["workdir"],
+           "--no-progress", "--restart-delay", str(launch["restart_delay"])]
+    for flag in ("metadata_url", "checkpoint_dir", "master", "restart_attempts"):
+        if launch.get(flag) is not None:
+            cmd += ["--" + flag.replace("_", "-"), str(launch[flag])]
+    for item in launch["conf"]:
+        cmd += ["--conf", item]
+    if not launch["spark_ui"]:
+        cmd.append("--no-spark-ui")
+    if launch["allow_local_storage"]:
+        cmd.append("--allow-local-storage")
+    for flag, value in flags.items():
+        if value is None or value is False:
+            continue
+        name = "--" + (flag if flag == "fromSavepoint" else flag.replace("_", "-"))
+        cmd += [name] if value is True else [name, str(value)]
+    return cmd + (["--", *launch["args"]] if launch["args"] else [])
+
+
+def _start_driver(cmd: list[str], log: str, launch: dict) -> subprocess.Popen:
+    """A driver in its own session, output to ``log``, in the job's folder and import path."""
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (launch["code_dir"], env.get("PYTHONPATH")) if p)
+    with open(log, "ab") as logf:
+        return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=launch["cwd"], env=env)
+
+
+def _run_detached(opts: run_options.RunOptions, **flags) -> None:
+    """``keyspan run -d``: start the driver in the background and return once the job registered."""
+    from keyspan.checkpoint.metadata import MetadataStore
+
+    launch = opts.launch
+    stem = os.path.splitext(os.path.basename(launch["job_file"]))[0]
+    log = os.path.join(launch["workdir"], "logs", f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+    started = time.time()
+    proc = _start_driver(launch_command(launch, **flags), log, launch)
+    store = MetadataStore(opts.metadata())
+    while time.time() - started < 120:
+        job = next((j for j in store.list_jobs() if j["job_file"] == launch["job_file"]), None)
+        run = store.latest_run(job["job_id"]) if job else None
+        if run and run["started_at"] >= started:
+            out.print(f"job {job['job_id']} started in the background (pid {proc.pid})\nlog: {log}")
+            return
+        if proc.poll() is not None:
+            err.print(f"[red]keyspan: the job exited with code {proc.returncode} before it started; see {log}[/red]")
+            raise typer.Exit(1)
+        time.sleep(0.2)
+    out.print(f"job file {launch['job_file']} started in the background (pid {proc.pid}), not registered yet\n"
+              f"log: {log}")
 
 
 def _job_or_exit(store, job: str) -> dict:
@@ -279,9 +371,8 @@ def rescale(
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
     log: Optional[str] = typer.Option(None, "--log", help="where the restarted driver writes its output"),
 ):
-    """One-click rescale: stop with a savepoint, restart from it with the new parallelism."""
-    import subprocess
-
+    """One-click rescale: stop with a savepoint, restart from it with the new parallelism (and the
+    options, arguments and folder the job was started with)."""
     from keyspan.checkpoint.metadata import MetadataStore
 
     opts = _options(workdir, metadata_url)
@@ -295,16 +386,15 @@ def rescale(
     while (store.latest_run(job_id) or {}).get("status") == "RUNNING" and time.time() - t1 < 300:
         time.sleep(0.2)
     t2 = time.time()
-    job_file = _job_file_from_storage(info)
-    log = log or os.path.join(os.path.abspath(opts.workdir), "logs", f"{job_id}-{int(t2)}.log")
-    os.makedirs(os.path.dirname(log), exist_ok=True)
-    cmd = [sys.executable, "-m", "keyspan", "run", job_file, "-s", path, "--parallelism", str(parallelism),
-           "--workdir", os.path.abspath(opts.workdir), "--no-progress"]
-    if metadata_url:
-        cmd += ["--metadata-url", metadata_url]
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=os.getcwd())
+    launch = _stored_launch(info) or {
+        "job_file": info["job_file"], "args": [], "cwd": os.getcwd(), "code_dir": os.path.dirname(info["job_file"]),
+        "workdir": os.path.abspath(opts.workdir), "metadata_url": metadata_url, "checkpoint_dir": None, "conf": [],
+        "master": None, "spark_ui": True, "allow_local_storage": False, "restart_attempts": None,
+        "restart_delay": 10.0}  # a job started by env.execute() outside `keyspan run`
+    log = log or os.path.join(launch["workdir"], "logs", f"{job_id}-{int(t2)}.log")
+    cmd = launch_command(launch, _job_file_from_storage(info, launch["job_file"]), fromSavepoint=path,
+                         parallelism=parallelism)
+    proc = _start_driver(cmd, log, launch)
     while time.time() - t2 < 300:
         run = store.latest_run(job_id)
         if run and run["run_id"] != old_run["run_id"] and (store.get_job(job_id) or {}).get("api_url"):
@@ -325,13 +415,31 @@ def rescale(
     out.print(f"savepoint: {path}\nnew driver pid {proc.pid}, log: {log}")
 
 
-def _job_file_from_storage(info: dict) -> str:
-    """The job's code as keyspan stored it (not the path it was first started from)."""
+def _stored_launch(info: dict) -> dict | None:
+    """How `keyspan run` last started the job (options, arguments, folder), stored beside its code."""
+    from keyspan.io.storage import Storage
+
+    copy = info.get("job_copy")
+    if not copy:
+        return None
+    folder = Storage(copy.rsplit("/", 1)[0])
+    return json.loads(folder.read("launch.json")) if folder.exists("launch.json") else None
+
+
+def _job_file_from_storage(info: dict, original: str | None = None) -> str:
+    """The job's code as keyspan stored it: the original file while it still holds that code (so it
+    runs among its sibling files), else a copy fetched from storage."""
+    import hashlib
+
     from keyspan.io.storage import Storage
 
     copy = info.get("job_copy")
     if not copy:
         return info["job_file"]
+    if original and os.path.isfile(original):
+        with open(original, "rb") as f:
+            if copy.endswith(f"/{hashlib.sha256(f.read()).hexdigest()[:16]}.py"):
+                return original
     parent, name = copy.rsplit("/", 1)
     if copy.startswith("file://"):
         return copy[len("file://"):]

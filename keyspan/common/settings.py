@@ -33,6 +33,9 @@ class KeyspanSettings(BaseSettings):
                                          description="default savepoint target URI (default <workdir>/savepoints)")
     spark_master: Optional[str] = Field(None, validation_alias=_env("spark_master"),
                                         description="Spark master URL (default local[N])")
+    allow_local_storage: bool = Field(False, validation_alias=_env("allow_local_storage"),
+                                      description="allow file:// checkpoint and savepoint locations with a "
+                                                  "multi-host Spark master (only for a mount every host shares)")
     log_level: str = Field("INFO", validation_alias=_env("log_level"),
                            description="level of the `keyspan` loggers; Spark's log level follows")
     rest_bind: str = Field("127.0.0.1", validation_alias=_env("rest_bind"),

@@ -43,6 +43,7 @@ class StreamExecutionEnvironment:
         self._buffer_timeout = 100
         self._chaining = True
         self._default_savepoint_dir: str | None = None
+        self._restart_strategy = None
 
     @staticmethod
     def get_execution_environment(configuration=None) -> "StreamExecutionEnvironment":
@@ -130,6 +131,22 @@ class StreamExecutionEnvironment:
 
     def get_checkpoint_interval(self) -> int:
         return self._checkpoint_config.interval_ms
+
+    def set_restart_strategy(self, restart_strategy_configuration) -> "StreamExecutionEnvironment":
+        """How the driver restarts the job from its latest checkpoint after a failure (PyFlink's
+        ``RestartStrategies``); without one, ``keyspan run --restart-attempts`` decides."""
+        from keyspan.common.restart_strategy import RestartStrategyConfiguration
+
+        if not isinstance(restart_strategy_configuration, RestartStrategyConfiguration):
+            raise TypeError(f"expected a RestartStrategies configuration, got {restart_strategy_configuration!r}")
+        self._restart_strategy = restart_strategy_configuration
+        return self
+
+    def get_restart_strategy(self):
+        """The strategy set with ``set_restart_strategy`` (fall-back restart when none was set)."""
+        from keyspan.common.restart_strategy import RestartStrategies
+
+        return self._restart_strategy or RestartStrategies.fall_back_restart()
 
     def set_state_backend(self, state_backend) -> "StreamExecutionEnvironment":
         """A legacy backend's checkpoint directory (``FsStateBackend(uri)``) becomes the checkpoint storage."""
@@ -269,9 +286,9 @@ class StreamExecutionEnvironment:
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
         """Run the job; continues from its latest checkpoint if its last run was interrupted."""
         from keyspan.runtime import options as run_options
-        from keyspan.runtime.executor import JobRunner
+        from keyspan.runtime.executor import run_with_restarts
 
-        return JobRunner(self, job_name or "keyspan-job", run_options.current()).run()
+        return run_with_restarts(self, job_name or "keyspan-job", run_options.current())
 
     def execute_async(self, job_name: str = "Flink Streaming Job"):
         """Start the job in a background thread; the ``JobClient`` follows and controls it."""
@@ -299,9 +316,9 @@ class StreamExecutionEnvironment:
     def _execute_fresh(self, job_name: str) -> JobExecutionResult:
         """``execute_and_collect`` hands results to this process only, so it never resumes an old run."""
         from keyspan.runtime import options as run_options
-        from keyspan.runtime.executor import JobRunner
+        from keyspan.runtime.executor import run_with_restarts
 
-        return JobRunner(self, job_name, run_options.current(), fresh=True).run()
+        return run_with_restarts(self, job_name, run_options.current(), fresh=True)
 
     def get_execution_plan(self) -> str:
         """The job graph as JSON shaped like Flink's (``nodes`` with id, type, pact, contents,

@@ -9,16 +9,18 @@ crash is recognised by its id and skipped if it already committed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
-import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 import uuid
+import zipfile
 
 from keyspan.checkpoint import integrity
 from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, storage_failure
@@ -30,11 +32,13 @@ from keyspan.checkpoint.savepoint import (
     restored_manifest,
     write_savepoint,
 )
+from keyspan.common import logs
 from keyspan.common.clock import LONG_MAX, wall_clock_ms
 from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.common.logs import write_failure_log
 from keyspan.common.settings import load as load_settings
 from keyspan.connectors.dead_letter import PoisonRecordError
+from keyspan.common.restart_strategy import RestartStrategies
 from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
 from keyspan.io.storage import Storage
@@ -50,8 +54,39 @@ from keyspan.runtime.spark_plan import SparkStages
 from keyspan.state.keygroups import check_parallelism
 
 
+log = logs.get_logger("keyspan.runtime")
+
+
 class JobExecutionError(RuntimeError):
     """The job failed; nothing of the failing epoch was committed or published."""
+
+
+def run_with_restarts(env, job_name: str, options, fresh: bool = False) -> JobExecutionResult:
+    """Run the job; after a failure of a started run, run it again in this driver from its latest
+    checkpoint as long as the restart strategy allows (the job's own, else ``--restart-attempts``)."""
+    strategy = env.get_restart_strategy()
+    if isinstance(strategy, RestartStrategies.FallbackRestartStrategyConfiguration):
+        strategy = RestartStrategies.fixed_delay_restart(options.restart_attempts, int(options.restart_delay_s * 1000)) \
+            if options.restart_attempts else RestartStrategies.no_restart()
+    tracker = strategy.new_tracker()
+    while True:
+        runner = JobRunner(env, job_name, options, fresh=fresh)
+        try:
+            return runner.run()
+        except JobExecutionError as exc:
+            if runner.run_info is None:  # failed before a run started: a set-up error, not a failure to retry
+                raise
+            delay = tracker.on_failure(wall_clock_ms())
+            if delay is None:
+                if tracker.restarts:
+                    exc.add_note(f"keyspan: gave up after {tracker.restarts} restart(s) ({strategy.get_description()})")
+                raise
+            first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+            log.warning("job '%s' failed: %s; restart %d from its latest checkpoint in %.1f s (%s)",
+                        runner.job_id, first_line, tracker.restarts, delay / 1000, strategy.get_description())
+            time.sleep(delay / 1000)
+            fresh = False  # a restart continues what the failed run committed
+            options = dataclasses.replace(options, fresh=False, savepoint_path=None)
 
 
 def job_id_for(name: str) -> str:
@@ -84,8 +119,7 @@ class JobRunner:
         self.job_file = _job_file(options)
         self.job_bytes = None  # read now: a restart may run from the copy that --fresh is about to replace
         if self.job_file and os.path.exists(self.job_file):
-            with open(self.job_file, "rb") as f:
-                self.job_bytes = f.read()
+            self.job_bytes = Storage(os.path.dirname(self.job_file)).read(os.path.basename(self.job_file))
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
         self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
                                   chaining=env.is_chaining_enabled())
@@ -113,6 +147,7 @@ class JobRunner:
         self.query = None
         self.stream_schema = None  # the source stream's schema: an epoch without records is built from it
         self._in_epoch = False
+        self.on_cluster = False  # a master whose executors may run on other hosts (set with the session)
 
     # -- set-up ---------------------------------------------------------------------------------
     def _claim(self) -> None:
@@ -162,7 +197,7 @@ class JobRunner:
                   f"{moved.uri} (restore one with `keyspan run -s {moved.uri}/chk-<epoch>`; delete that folder "
                   "when no longer needed)", file=sys.stderr)
         self.store.forget_job(self.job_id)
-        shutil.rmtree(self._spark_dir_root(), ignore_errors=True)
+        Storage(self._spark_dir_root()).delete("", recursive=True)
 
     def _set_aside(self, rows: list[dict]) -> Storage:
         """Move the job's checkpoint folder next to itself, with its checkpoint history in
@@ -177,6 +212,11 @@ class JobRunner:
         return self.checkpoint_root.child(name)
 
     def _spark_dir_root(self) -> str:
+        """Where Spark keeps the offset logs of the job's runs: beside the checkpoints on a multi-host
+        cluster, so a driver restarted on another host continues the run (Spark writes it through
+        Hadoop, which has file:// and hdfs:// built in but needs extra jars for s3a://), else in the workdir."""
+        if self.on_cluster and self.storage.protocol in ("file", "hdfs"):
+            return self.storage.url("spark")
         return os.path.join(os.path.abspath(self.options.workdir), "spark", self.job_id)
 
     def _choose_run(self, latest_checkpoint, force_new: bool = False):
@@ -184,12 +224,12 @@ class JobRunner:
         changed job, a fallback to an older checkpoint); otherwise start a new run that continues
         after the checkpoint restored."""
         run = self.store.latest_run(self.job_id)
-        if not force_new and run and os.path.isdir(run["spark_checkpoint"]) and run["parallelism"] == self.parallelism:
+        if not force_new and run and Storage(run["spark_checkpoint"]).exists("") and run["parallelism"] == self.parallelism:
             self.store.resume_run(run["run_id"])
             return run, False
         run_id = uuid.uuid4().hex[:12]
         base = latest_checkpoint["epoch"] + 1 if latest_checkpoint else 0
-        spark_dir = os.path.join(self._spark_dir_root(), run_id)
+        spark_dir = Storage(self._spark_dir_root()).url(run_id)
         restored = f"checkpoint:{latest_checkpoint['epoch']}" if latest_checkpoint else None
         self.store.start_run(run_id, self.job_id, self.parallelism, base, spark_dir, restored, self.code_version,
                              self.fingerprint)
@@ -288,6 +328,7 @@ class JobRunner:
     def _run(self) -> JobExecutionResult:
         started = time.time()
         plan = self.plan
+        spark = self._spark_session()
         self._warn_generated_uids()
         savepoint = self._load_savepoint() if self.options.savepoint_path else None
         if self.fresh:
@@ -335,8 +376,6 @@ class JobRunner:
         self.observer = JobObserver(self)
 
         dependencies = self.env.get_python_dependencies()
-        spark = self.env.get_spark_session() or spark_session.get_or_create_spark(
-            self.parallelism, self.options.spark_master, dependencies)
         spark_session.prepare_session(spark)
         spark_session.ship_dependencies(spark, dependencies, self.options.workdir)
         self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch(), batch=self.batch)
@@ -393,6 +432,29 @@ class JobRunner:
         result.metrics = self.observer.metrics  # the job's metrics, user metrics included
         return result
 
+    def _spark_session(self):
+        """The session given (the job's, the active one, spark-submit's) or a new one; on a multi-host
+        cluster, checks that nothing the run writes lands on the driver's own disk, and ships the job's
+        sibling modules to the executors."""
+        conf = dict(self.options.spark_conf)
+        spark = self.env.get_spark_session() or spark_session.get_or_create_spark(
+            self.parallelism, self.options.spark_master, conf, ui=self.options.spark_ui,
+            dependencies=self.env.get_python_dependencies())
+        master = spark.sparkContext.master
+        self.on_cluster = not spark_session.is_single_host(master)
+        if self.on_cluster and not self.options.allow_local_storage:
+            for what, uri in (("checkpoint storage", self.storage.uri), ("savepoint directory",
+                                                                        self.options.savepoint_root())):
+                if Storage(uri).is_local:
+                    raise JobExecutionError(
+                        f"job '{self.job_id}': {what} {uri} is on the driver's local disk, but Spark master "
+                        f"{master} runs executors on other hosts that cannot read it. Use shared storage "
+                        "(s3://, hdfs://), or pass --allow-local-storage (KEYSPAN_ALLOW_LOCAL_STORAGE=true) if "
+                        "that path is a mount every host shares.")
+        if self.on_cluster and self.options.code_dir:
+            spark.sparkContext.addPyFile(_zip_modules(self.options.code_dir))
+        return spark
+
     # -- savepoints ---------------------------------------------------------------------------------
     def _warn_generated_uids(self) -> None:
         stateful = [o for o in self.plan.operators if o["generated"] and (o["kind"] == OperatorKind.KEYED_PROCESS
@@ -436,7 +498,7 @@ class JobRunner:
             savepoint["uri"] = moved.uri + savepoint["uri"][len(self.storage.uri):]
         print(f"keyspan: job '{self.job_id}': its earlier checkpoints were moved to {moved.uri}", file=sys.stderr)
         self.store.forget_job(self.job_id)
-        shutil.rmtree(self._spark_dir_root(), ignore_errors=True)
+        Storage(self._spark_dir_root()).delete("", recursive=True)
 
     def _commit_restore_point(self, savepoint: dict) -> None:
         """The savepoint becomes the job's latest checkpoint; its files stay where they are (and are
@@ -457,6 +519,8 @@ class JobRunner:
         if not self.storage.exists(rel):
             self.storage.write(rel, self.job_bytes)
         self.store.set_job_copy(self.job_id, self.storage.url(rel))
+        if self.options.launch is not None:  # how `keyspan run` started it: what `keyspan rescale` repeats
+            self.storage.write("job/launch.json", json.dumps(self.options.launch).encode())
 
     def take_savepoint(self, target: str | None = None, trigger: str = "manual") -> str:
         """Materialise the latest committed checkpoint as a savepoint (a consistent cut by construction)."""
@@ -606,10 +670,8 @@ class JobRunner:
         os.replace(tmp, path)
 
     def _read_offsets(self, batch_id: int) -> dict | None:
-        path = os.path.join(self.run_info["spark_checkpoint"], "offsets", str(batch_id))
         try:
-            with open(path) as f:
-                lines = f.read().splitlines()
+            lines = Storage(self.run_info["spark_checkpoint"]).read(f"offsets/{batch_id}").decode().splitlines()
         except OSError:
             return None
         offsets = {}
@@ -670,6 +732,22 @@ def _summary(exc: BaseException) -> str:
               and not line.strip().startswith(("org.apache", "java.", "py4j", "scala."))]
     line = errors[-1] if errors else (text.strip().splitlines() or [type(exc).__name__])[0]
     return line[:500]
+
+
+def _zip_modules(code_dir: str) -> str:
+    """The job folder's Python files in one zip for ``SparkContext.addPyFile``: executors on other
+    hosts import the job's own modules from it."""
+    code_dir = os.path.abspath(code_dir)
+    fd, path = tempfile.mkstemp(prefix="keyspan-code-", suffix=".zip")
+    os.close(fd)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for folder, dirs, files in os.walk(code_dir):
+            dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "venv", "node_modules")]
+            for name in files:
+                if name.endswith(".py"):
+                    full = os.path.join(folder, name)
+                    z.write(full, os.path.relpath(full, code_dir))
+    return path
 
 
 def _storage_failure(exc: BaseException) -> str | None:

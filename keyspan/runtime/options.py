@@ -21,6 +21,14 @@ class RunOptions:
     savepoint_path: str | None = None
     allow_non_restored_state: bool = False
     rest_api: bool = True
+    spark_conf: dict = field(default_factory=dict)  # `--conf k=v`: set on the session keyspan builds
+    spark_ui: bool = True
+    # driver-local file:// checkpoints/savepoints on a multi-host cluster: only if that path is a shared mount
+    allow_local_storage: bool = field(default_factory=lambda: load_settings().allow_local_storage)
+    restart_attempts: int | None = None  # `--restart-attempts`: the fall-back restart strategy
+    restart_delay_s: float = 10.0
+    code_dir: str | None = None  # the job's folder: its sibling modules are shipped to the executors
+    launch: dict | None = None  # how the CLI started this run (options, arguments, cwd): rescale reuses it
 
     def savepoint_root(self) -> str:
         return load_settings().savepoint_dir or \

@@ -189,7 +189,6 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     if not any(t.kind == OperatorKind.SINK for t in transformations):
         raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
     uids = assign_uids(transformations)
-    by_id = {t.id: t for t in transformations}
     consumers: dict[int, list[Transformation]] = defaultdict(list)
     for t in transformations:
         for i in t.inputs:

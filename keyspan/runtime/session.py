@@ -31,34 +31,67 @@ def check_java() -> str:
     )
 
 
-def get_or_create_spark(parallelism: int = 2, master: str | None = None, dependencies=None):
+def is_single_host(master: str) -> bool:
+    """``local[...]`` and ``local-cluster[...]`` run every executor on the driver's machine, so the
+    driver's own disk is shared storage; any other master may place executors on other hosts."""
+    return master.startswith("local")
+
+
+def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: dict | None = None,
+                        ui: bool = True, dependencies=None):
+    """The active session, or a new one that keeps every setting already given — by ``spark-submit``
+    (its ``--master``, ``--conf``, ``spark-defaults.conf``) or ``conf`` (``keyspan run --master/--conf``)
+    — and only fills in what keyspan needs and nobody set. ``master`` is used only when none is set;
+    ``dependencies`` (``env.add_jars``/``set_python_executable``) fill ``spark.jars`` and the workers' Python."""
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
+    if active is None and SparkContext._active_spark_context is not None:
+        active = SparkSession.builder.getOrCreate()  # a user's SparkContext without a session yet
     if active is not None:
         return active
     check_java()
-    if master is None or master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks to itself on loopback only
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = {k: str(v) for k, v in (conf or {}).items()}
     cores = max(2, parallelism)
-    builder = (
-        SparkSession.builder.master(master or f"local[{cores}]")
-        .appName("keyspan")
-        .config("spark.pyspark.python", getattr(dependencies, "python_executable", None) or sys.executable)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
-    )
-    if dependencies is not None and dependencies.jars:
-        builder = builder.config("spark.jars", ",".join(dependencies.jars))
-    spark = builder.getOrCreate()
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        if (conf.get("spark.master") or master or "local").startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks to itself on loopback only
+        launch = SparkConf(loadDefaults=False)  # settings the driver JVM needs when it starts
+        launch.setAll(conf.items())
+        launch.setIfMissing("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
+        SparkContext._ensure_initialized(conf=launch)
+    else:
+        SparkContext._ensure_initialized()  # connect to spark-submit's JVM: its settings become visible
+    spark_conf = SparkConf()  # everything already given: spark-submit's flags, spark-defaults.conf, the JVM's
+    spark_conf.setAll(conf.items())
+    if not spark_conf.contains("spark.master"):
+        spark_conf.setMaster(master or f"local[{cores}]")
+    resolved = spark_conf.get("spark.master")
+    if not spark_conf.contains("spark.pyspark.python") and "PYSPARK_PYTHON" not in os.environ:
+        # workers must run the driver's interpreter (same packages); on a cluster, set it or ship a venv
+        spark_conf.set("spark.pyspark.python", getattr(dependencies, "python_executable", None) or sys.executable)
+    if dependencies is not None and dependencies.jars and not spark_conf.contains("spark.jars"):
+        spark_conf.set("spark.jars", ",".join(dependencies.jars))
+    defaults = {
+        "spark.app.name": "keyspan",
+        "spark.ui.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.sql.adaptive.enabled": "false",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    }
+    if not ui:
+        spark_conf.set("spark.ui.enabled", "false")
+    for key, value in defaults.items():
+        spark_conf.setIfMissing(key, value)
+    spark = SparkSession.builder.config(conf=spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel(logs.spark_level())  # follows --log-level / KEYSPAN_LOG_LEVEL
+    url = spark.sparkContext.uiWebUrl
+    if url:
+        print(f"keyspan: Spark UI at {url} (master {resolved})", file=sys.stderr)
     return spark
 
 
