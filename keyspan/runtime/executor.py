@@ -29,6 +29,7 @@ from keyspan.checkpoint.savepoint import (
 )
 from keyspan.common.clock import LONG_MAX, wall_clock_ms
 from keyspan.common.job_execution_result import JobExecutionResult
+from keyspan.connectors.sources import SourceRecordError
 from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
 from keyspan.io.storage import Storage
@@ -186,8 +187,10 @@ class JobRunner:
         if offsets is not None and not all(t.spec.restorable for t in plan.sources):
             raise JobExecutionError(
                 f"job '{self.job_id}': a from_spark source resumes only from its own Spark offset log, which "
-                "this run does not have (restored from a savepoint, or the log was lost); use a keyspan source "
-                "(from_collection, FileSource) to restore from savepoints")
+                "this run does not have (restored from a savepoint, rescaled, or the log was lost). Sources whose "
+                "offsets live in keyspan's checkpoints restore from savepoints and rescale: from_collection, "
+                "FileSource, KafkaSource (keyspan.datastream.connectors.kafka); use one of them instead of "
+                "from_spark, or start over with --fresh")
         bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
         stream = self.stages.source_stream(self.storage, self.parallelism, offsets,
                                            None if bounded else self._wake_file())
@@ -322,8 +325,8 @@ class JobRunner:
     def _fail(self, exc: BaseException):
         self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
         text = str(exc)
-        for marker in (UserFunctionError.MARKER, "StateSerializationError: "):
-            if marker in text:  # a user function or a state value at fault: say which, not Spark's trace
+        for marker in (UserFunctionError.MARKER, "StateSerializationError: ", SourceRecordError.MARKER):
+            if marker in text:  # a user function, a state value or an input record at fault: say which, not Spark's trace
                 line = text[text.index(marker) + len(marker):].splitlines()[0]
                 raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
                                         "was committed.") from None
