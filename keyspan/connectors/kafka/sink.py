@@ -216,7 +216,7 @@ class KafkaSink:
                 self._abort(producer)
                 raise
             self._publisher[2] = epoch
-        self.discard(handles)
+        self._clean_up_to(epoch)
 
     def _abort(self, producer) -> None:
         try:
@@ -225,9 +225,11 @@ class KafkaSink:
             print(f"keyspan: kafka sink: aborting the transaction failed: {exc}", file=sys.stderr)
         self._publisher = None
 
-    def discard(self, handles: list[dict]) -> None:
-        for h in handles:
-            self.staging.delete(h["staged"])
+    def _clean_up_to(self, epoch: int) -> None:
+        """Staged files of published epochs, and of failed attempts of them, are no longer needed."""
+        for name in self.staging.list(""):
+            if name.startswith("e") and name[1:11].isdigit() and int(name[1:11]) <= epoch:
+                self.staging.delete(name)
 
 
 class _StagingWriter:
