@@ -121,7 +121,7 @@ def test_savepoint_restore_at_another_parallelism_4_partitions(env, kafka_broker
     stop_with_savepoint("kafka-rescale")
     job.join()
     assert Counter(out) == Counter(f"{k}:{n}" for k in keys for n in range(1, 41))
-    # offsets went back to the consumer group after the checkpoints, for monitoring tools
+    # offsets went back to the consumer group after each checkpoint, for monitoring tools
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": kafka_broker, "group.id": "rescaler"})
@@ -150,8 +150,9 @@ def test_starting_offsets_earliest_latest_committed_timestamp(env, kafka_broker)
     from confluent_kafka import Consumer, TopicPartition
 
     topic = new_topic(kafka_broker, 2)
+    base = (int(time.time()) - 3600) * 1000  # an hour ago: older records fall to the broker's retention
     produce(kafka_broker, topic, [(None, f"v{i}") for i in range(20)], partition_of=lambda i: i % 2,
-            timestamp_of=lambda i: 1_000_000 + i * 1000)
+            timestamp_of=lambda i: base + i * 1000)
     group = f"g-{topic}"
     c = Consumer({"bootstrap.servers": kafka_broker, "group.id": group})
     c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)  # partition 1: nothing committed
@@ -167,18 +168,18 @@ def test_starting_offsets_earliest_latest_committed_timestamp(env, kafka_broker)
         f"{topic}:0": 4, f"{topic}:1": 0}
     with pytest.raises(ValueError, match="no valid committed offset"):
         start(KafkaOffsetsInitializer.committed_offsets())
-    # record i has timestamp 1_000_000 + i s; i = 12.. are at or after 1_012_000: offsets 6 in both partitions
-    assert start(KafkaOffsetsInitializer.timestamp(1_012_000)) == {f"{topic}:0": 6, f"{topic}:1": 6}
+    # record i has timestamp base + i s: i = 12.. (offset 6 on in both partitions) are at or after base + 12 s
+    assert start(KafkaOffsetsInitializer.timestamp(base + 12_000)) == {f"{topic}:0": 6, f"{topic}:1": 6}
 
     # the same through a job, which also sees Kafka's record timestamps as event timestamps
     class Stamp(ProcessFunction):
         def process_element(self, value, ctx):
             yield (value, ctx.timestamp())
 
-    src = _source(kafka_broker, topic, KafkaOffsetsInitializer.timestamp(1_012_000))
+    src = _source(kafka_broker, topic, KafkaOffsetsInitializer.timestamp(base + 12_000))
     got = sorted(env.from_source(src, WatermarkStrategy.for_monotonous_timestamps(), "ts").process(Stamp())
                  .execute_and_collect())
-    assert got == sorted((f"v{i}", 1_000_000 + i * 1000) for i in range(12, 20))
+    assert got == sorted((f"v{i}", base + i * 1000) for i in range(12, 20))
 
 
 def test_malformed_record_fails_with_topic_partition_and_offset(env, kafka_broker):

@@ -79,8 +79,9 @@ class SourceReader:
         end = self.end_offset()
         return end is not None and offset is not None and _without_tick(offset) == end
 
-    def commit(self, end: dict) -> None:
-        """Called on the driver once the epoch ending at ``end`` is checkpointed (e.g. to report progress)."""
+    def checkpointed(self, offset: dict) -> None:
+        """Called on the driver right after a checkpoint with the reader at ``offset`` committed
+        (e.g. to report progress outside keyspan); never needed for recovery."""
 
 
 class KeyspanSource:
@@ -246,7 +247,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.reader.read(partition.value)
 
     def commit(self, end):
-        self.reader.commit(_without_tick(end))
+        pass
 
 
 def _without_tick(offset: dict) -> dict:

@@ -448,6 +448,7 @@ class JobRunner:
             restored_from=self.run_info["restored_from"], code_version=self.code_version,
             event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished))
         self.parallel_changed = False
+        self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)
         self._deliver(driver_rows)
         self._schedule_wake(reports, time_ctx.now)

@@ -12,6 +12,7 @@ that monitoring tools see the progress; recovery never reads them.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -274,18 +275,19 @@ class KafkaReader(SourceReader):
         parts = min(parallelism, len(ranges))
         return [ranges[i::parts] for i in range(parts)]
 
-    def commit(self, end: dict) -> None:
-        """After the checkpoint committed: tell the consumer group, for monitoring tools only."""
+    def checkpointed(self, offset: dict) -> None:
+        """After each checkpoint: tell the consumer group, for monitoring tools only."""
         s = self.source
         if not (s.group_id and s.commit_offsets_on_checkpoint):
             return
         from confluent_kafka import TopicPartition
 
-        tps = [TopicPartition(*_split_key(k), o) for k, o in end.items() if k != "tick"]
+        tps = [TopicPartition(*_split_key(k), o) for k, o in offset.items()]
         try:
             self._metadata_consumer().commit(offsets=tps, asynchronous=False)
         except Exception as exc:  # noqa: BLE001 — monitoring only: never fail the job for it
-            print(f"keyspan: kafka source '{s.name}': could not commit offsets to group {s.group_id}: {exc}")
+            print(f"keyspan: kafka source '{s.name}': could not commit offsets to group {s.group_id}: {exc}",
+                  file=sys.stderr)
 
     # -- a task: read the ranges -----------------------------------------------------------------------
     def read(self, partition):
