@@ -116,3 +116,43 @@ def spark_cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """A real Kafka-wire broker (noida-db) on loopback for the whole session, stopped by its PID;
+    yields its bootstrap address. Skips, saying why, where the noida-db binary cannot run."""
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    binary = shutil.which("noida-db") or os.path.join(os.path.dirname(sys.executable), "noida-db")
+    if not os.path.exists(binary):
+        pytest.skip("noida-db (the test Kafka broker, in keyspan's test extra) is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path_factory.mktemp("kafka")
+    log = open(data / "broker.log", "w")
+    proc = subprocess.Popen([binary, "start", "--data-dir", str(data / "data"), "--host", "127.0.0.1",
+                             "--only", "kafka", "--kafka-port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.skip(f"noida-db did not start: {(data / 'broker.log').read_text()[-500:]}")
+            time.sleep(0.05)
+    yield f"127.0.0.1:{port}"
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()

@@ -119,6 +119,9 @@ class CheckpointCoordinator:
         self.expected = expected
         self.counted = counted
         self.sinks = sinks
+        for sink in sinks.values():
+            if hasattr(sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
+                sink.use_checkpoint_storage(storage)
         self.operators = operators
         self.committed = committed  # the latest committed checkpoint (a metadata row)
         self.retention = Retention(store, storage, job_id, retained)

@@ -29,10 +29,24 @@ PAYLOAD_SCHEMA = "payload binary"
 _ARROW_SCHEMA = pa.schema([("payload", pa.binary())])
 
 
-def chunk_batch(records: list) -> pa.RecordBatch:
-    """Records travel as pickled chunks: one Arrow row per ≤CHUNK records (one C-speed pickle call)."""
-    payloads = [serde.dumps(records[i : i + CHUNK]) for i in range(0, len(records), CHUNK)]
+def chunk_batch(records: list, stamps: list | None = None) -> pa.RecordBatch:
+    """Records travel as pickled chunks: one Arrow row per ≤CHUNK records (one C-speed pickle call).
+    A source whose records carry event timestamps (Kafka) sends ``(records, stamps)`` tuples."""
+    if stamps is None:
+        payloads = [serde.dumps(records[i : i + CHUNK]) for i in range(0, len(records), CHUNK)]
+    else:
+        payloads = [serde.dumps((records[i : i + CHUNK], stamps[i : i + CHUNK])) for i in range(0, len(records), CHUNK)]
     return pa.RecordBatch.from_arrays([pa.array(payloads, pa.binary())], schema=_ARROW_SCHEMA)
+
+
+class SourceRecordError(ValueError):
+    """Input a source cannot read (a malformed record, a missing topic): the message names the source
+    and where the input is (file, or topic/partition/offset), and the job fails with just that line."""
+
+    MARKER = "keyspan.SourceRecordError: "
+
+    def __init__(self, message: str):
+        super().__init__(self.MARKER + message)
 
 
 class SourceReader:
@@ -64,6 +78,10 @@ class SourceReader:
     def exhausted(self, offset: dict | None) -> bool:
         end = self.end_offset()
         return end is not None and offset is not None and _without_tick(offset) == end
+
+    def checkpointed(self, offset: dict) -> None:
+        """Called on the driver right after a checkpoint with the reader at ``offset`` committed
+        (e.g. to report progress outside keyspan); never needed for recovery."""
 
 
 class KeyspanSource:

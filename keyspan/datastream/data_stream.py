@@ -348,6 +348,8 @@ class DataStream:
     def add_sink(self, sink_func: SinkFunction) -> "DataStreamSink":
         from keyspan.connectors.driver_sinks import FunctionSink
 
+        if getattr(sink_func, "runs_in_task", False):  # a connector sink under its legacy name (FlinkKafkaProducer)
+            return self.sink_to(sink_func)
         return self.sink_to(FunctionSink(sink_func))
 
     def print(self, sink_identifier: str | None = None) -> "DataStreamSink":

@@ -272,6 +272,10 @@ class StreamExecutionEnvironment:
         t.spec.watermark_strategy = watermark_strategy
         return DataStream(self, t)
 
+    def add_source(self, source_func, source_name: str = "Custom Source", type_info=None) -> DataStream:
+        """PyFlink's legacy entry for source functions such as ``FlinkKafkaConsumer``."""
+        return self.from_source(source_func, None, source_name, type_info)
+
     def from_spark(self, dataframe, source_name: str = "Spark Source", bounded: bool = False) -> DataStream:
         """keyspan: any Spark streaming DataFrame becomes a DataStream of ``Row`` records; ``bounded``
         processes what is available at start (Spark's availableNow trigger) and then finishes."""

@@ -39,6 +39,7 @@ from keyspan.common.logs import write_failure_log
 from keyspan.common.settings import load as load_settings
 from keyspan.connectors.dead_letter import PoisonRecordError
 from keyspan.common.restart_strategy import RestartStrategies
+from keyspan.connectors.sources import SourceRecordError
 from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
 from keyspan.io.storage import Storage
@@ -383,8 +384,10 @@ class JobRunner:
         if offsets is not None and not all(t.spec.restorable for t in plan.sources):
             raise JobExecutionError(
                 f"job '{self.job_id}': a from_spark source resumes only from its own Spark offset log, which "
-                "this run does not have (restored from a savepoint, or the log was lost); use a keyspan source "
-                "(from_collection, FileSource) to restore from savepoints")
+                "this run does not have (restored from a savepoint, rescaled, or the log was lost). Sources whose "
+                "offsets live in keyspan's checkpoints restore from savepoints and rescale: from_collection, "
+                "FileSource, KafkaSource (keyspan.datastream.connectors.kafka); use one of them instead of "
+                "from_spark, or start over with --fresh")
         bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
         stream = self.stages.source_stream(self.storage, self.parallelism, offsets,
                                            None if bounded else self._wake_file(), self.replay)
@@ -569,8 +572,8 @@ class JobRunner:
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
             line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
             raise JobExecutionError(f"job '{self.job_id}' failed: {line}.\nfull trace: {log}") from None
-        for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: "):
-            if marker in text:  # a user function, a state value or a state file at fault: say which
+        for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: ", SourceRecordError.MARKER):
+            if marker in text:  # a user function, a state value, a state file or an input record at fault: say which
                 line = text[text.index(marker) + len(marker):].splitlines()[0]
                 raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
                                         f"was committed.\nfull trace: {log}") from None
@@ -692,6 +695,7 @@ class JobRunner:
             restored_from=self.run_info["restored_from"], code_version=self.code_version, sources=self.source_ids,
             event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished))
         self.parallel_changed = False
+        self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)
         self._deliver(driver_rows)
         self._schedule_wake(reports, time_ctx.now)

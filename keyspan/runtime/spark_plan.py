@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from keyspan.connectors.sources import source_dataframe
+from keyspan.connectors.sources import TICK, source_dataframe
 from keyspan.runtime.planner import ExitKind, InputFormat, PhysicalPlan
 from keyspan.runtime.protocol import CONTROL_EXIT, DRIVER_EXIT, OUTPUT_DDL, EpochContext
 from keyspan.runtime.worker.task import make_stage_function
@@ -63,6 +63,13 @@ class SparkStages:
         self._index = {t.id: i for i, (t, _) in enumerate(frames)}
         tagged = [df.withColumn("_ks_src", F.lit(i)) for i, (_, df) in enumerate(frames)]
         return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+
+    def checkpointed(self, offsets: dict | None) -> None:
+        """Tell each keyspan source the offsets its latest committed checkpoint holds."""
+        for i, reader in self.readers.items():
+            offset = (offsets or {}).get(str(i))
+            if offset:
+                reader.checkpointed({k: v for k, v in offset.items() if k != TICK})
 
     def _source_batch(self, batch_df, t):
         if self._index is None:

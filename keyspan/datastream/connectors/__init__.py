@@ -3,6 +3,7 @@ names PyFlink's package installs: ``from keyspan.datastream.connectors import Fi
 ``from pyflink.datastream.connectors import FileSink`` does."""
 
 from keyspan.connectors.sources import KeyspanSource as Source
+from keyspan.datastream.connectors.base import DeliveryGuarantee
 from keyspan.datastream.connectors.file_system import (
     BucketAssigner,
     FileSink,
@@ -14,5 +15,5 @@ from keyspan.datastream.connectors.file_system import (
 )
 from keyspan.datastream.connectors.number_seq import NumberSequenceSource
 
-__all__ = ["BucketAssigner", "FileSink", "FileSource", "FileSourceBuilder", "NumberSequenceSource",
+__all__ = ["BucketAssigner", "DeliveryGuarantee", "FileSink", "FileSource", "FileSourceBuilder", "NumberSequenceSource",
            "OutputFileConfig", "RollingPolicy", "Source", "StreamFormat"]

@@ -192,6 +192,8 @@ class OperatorChain:
                 pe(value, ctx)
             return process
         if kind == OperatorKind.SINK:
+            if hasattr(op.sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
+                op.sink.use_checkpoint_storage(self.ctx.storage)
             writer = op.sink.create_writer(self.subtask, self.ctx.epoch, self.token)
             self.sink_writers[op.index] = writer
             return writer.write

@@ -139,11 +139,12 @@ class StageTask(OperatorChain):
         single = entry[0] if len(entry) == 1 else None
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
         cell = self.ts_cell
+        source_ts = [None]  # the timestamp the source gave the record (Kafka's), if any
         if len(entry) > 1 and any(op.watermark_strategy is not None for op in plan.ops):
             # a source feeding several branches: a timestamp assigned on one branch must not leak into another
             def reset_timestamp(e):
                 def run(r):
-                    cell[0] = None
+                    cell[0] = source_ts[0]
                     e(r)
                 return run
             entry = [reset_timestamp(e) for e in entry]
@@ -151,6 +152,15 @@ class StageTask(OperatorChain):
             if fmt == InputFormat.CHUNKS:
                 for payload in batch.column(0).to_pylist():
                     records = serde.loads(payload)
+                    if type(records) is tuple:  # records with the source's event timestamps
+                        records, stamps = records
+                        self.records_in += len(records)
+                        for r, ts in zip(records, stamps):
+                            source_ts[0] = cell[0] = ts
+                            for e in entry:
+                                e(r)
+                        source_ts[0] = cell[0] = None
+                        continue
                     self.records_in += len(records)
                     for r in records:
                         for e in entry:
