@@ -56,6 +56,7 @@ savepoints = Table(
     Column("code_version", String(64)),
     Column("restored_from", Text),
     Column("trigger", String(32), nullable=False),
+    Column("operations", Text),  # a savepoint derived offline: what was done (State Processor API)
 )
 
 runs = Table(
@@ -99,7 +100,7 @@ checkpoints = Table(
 )
 
 # columns added after the first release: (table, column, SQL type) added to stores created before them
-_ADDED_COLUMNS = [("checkpoints", "event_time", "JSON")]
+_ADDED_COLUMNS = [("checkpoints", "event_time", "JSON"), ("savepoints", "operations", "TEXT")]
 
 
 def _add_missing_columns(engine) -> None:

@@ -241,7 +241,7 @@ def _lineage_tree(job_id: str, savepoints_rows: list[dict], runs: list[dict]):
         parent_ref = (sp["restored_from"] or "").removeprefix("savepoint:")
         parent = nodes.get(parent_ref, root)
         label = (f"{sp['path']}  [dim]epoch {sp['epoch']}, p={sp['parallelism']}, code {sp['code_version'] or '-'}, "
-                 f"{sp['trigger']}[/dim]")
+                 f"{sp['trigger']}[/dim]" + (f"\n{sp['operations']}" if sp.get("operations") else ""))
         nodes[sp["path"]] = parent.add(label)
     for run in runs:
         ref = (run["restored_from"] or "").removeprefix("savepoint:")

