@@ -80,7 +80,7 @@ def history(records: int, keys: int) -> list[tuple[str, int]]:
 
 
 def build(env, data, out: Path, function=None):
-    env.set_max_records_per_epoch(50)
+    env.set_max_records_per_epoch(200)
     (env.from_collection(data).uid("src").key_by(lambda r: r[0]).process(function or Tally()).uid("tally")
         .sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid("sink"))
 
@@ -119,9 +119,17 @@ def savepoint_of(workdir: Path, name: str, data, parallelism: int = 2) -> tuple[
     return path, out
 
 
-@pytest.fixture
-def tally_savepoint(workdir):
-    return savepoint_of(workdir, "tally", history(600, 40))
+@pytest.fixture(scope="module")
+def tally_savepoint(spark, tmp_path_factory):
+    """One job run shared by the read tests (a run takes a while on a shared machine)."""
+    from keyspan.runtime import options as run_options
+
+    workdir = tmp_path_factory.mktemp("tally")
+    run_options.install(run_options.RunOptions(workdir=str(workdir / ".keyspan")))
+    try:
+        yield savepoint_of(workdir, "tally", history(600, 40))
+    finally:
+        run_options.install(run_options.RunOptions())
 
 
 def test_read_every_keyed_state_kind_equals_what_the_job_held(spark, tally_savepoint):
@@ -173,9 +181,9 @@ def test_reader_function_sees_states_as_the_job_did_and_tasks_read_only_their_sh
     path, out = tally_savepoint
     held = final_state(out)
     reader = SavepointReader.read(spark, path)
-    rows = reader.read_keyed_state("tally", Summary(), "key string, count long, avg double, timers int",
+    rows = reader.read_keyed_state("tally", Summary(), "key string, n long, avg double, timers int",
                                    tasks=4).collect()
-    assert {r.key: (r.count, r.avg) for r in rows} == {k: (s["count"], s["avg"]) for k, s in held.items()}
+    assert {r.key: (r.n, r.avg) for r in rows} == {k: (s["count"], s["avg"]) for k, s in held.items()}
     timers_per_key = {k: len({v % 3 for kk, v in history(600, 40) if kk == k}) for k in held}
     assert {r.key: r.timers for r in rows} == timers_per_key
     per_task = reader.bytes_read.value

@@ -68,6 +68,7 @@ class SavepointReader:
         from pyspark.sql.types import StructType, _parse_datatype_string
 
         serde.ship_user_modules([function])
+        shipped = serde.dumps_function(function)  # user code by value: workers need not import it
         spark_schema = output_schema if isinstance(output_schema, StructType) else _parse_datatype_string(output_schema)
         schema = to_arrow_schema(spark_schema)
         n = tasks or plans.read_tasks(self.metadata, uid)
@@ -78,7 +79,7 @@ class SavepointReader:
             for batch in batches:
                 for task in batch.column(0).to_pylist():
                     stats = T.statefile.ReadStats()
-                    yield from T.read_with_function(scan, task, function, schema, stats)
+                    yield from T.read_with_function(scan, task, serde.loads(shipped), schema, stats)
                     accumulator.add({task: stats.bytes_read})
 
         return self._tasks(n).mapInArrow(run, spark_schema)

@@ -100,10 +100,10 @@ class StateBootstrapTransformation:
                              f"but the savepoint has {max_parallelism}: one savepoint has one max parallelism")
         df = self.source.df
         spark = _spark_of(df)
-        function = self.function
-        serde.ship_user_modules([function, self.key_selector])
+        serde.ship_user_modules([self.function, self.key_selector])
+        shipped = serde.dumps_function((self.function, self.key_selector))  # user code by value
         if self.key_selector is None:
-            broadcast = isinstance(function, BroadcastStateBootstrapFunction)
+            broadcast = isinstance(self.function, BroadcastStateBootstrapFunction)
             if broadcast:
                 df = df.coalesce(1)
             parallelism = 1 if broadcast else min(max_parallelism, df.rdd.getNumPartitions())
@@ -113,6 +113,7 @@ class StateBootstrapTransformation:
 
                 task = TaskContext.get().partitionId()
                 values = (T.record(r) for b in batches for r in b.to_pylist())
+                function = serde.loads(shipped)[0]
                 handle = T.bootstrap_operator_state(target, uid, epoch, task, parallelism, function, values, broadcast)
                 yield pa.RecordBatch.from_pylist([{"handle": json.dumps(handle)}])
 
@@ -120,9 +121,8 @@ class StateBootstrapTransformation:
             return handles, []
 
         write = T.KeyedWrite(target, uid, max_parallelism, _default_tasks(spark, max_parallelism), epoch)
-        selector = self.key_selector
-
         def route(batches):
+            selector = serde.loads(shipped)[1]
             for b in batches:
                 rows = [T.record(r) for r in b.to_pylist()]
                 keys = [selector(r) for r in rows]
@@ -139,7 +139,7 @@ class StateBootstrapTransformation:
             records = ((kg, serde.loads(k), serde.loads(v)) for b in batches
                        for kg, k, v in zip(b.column("_ks_kg").to_pylist(), b.column("_ks_key").to_pylist(),
                                            b.column("_ks_value").to_pylist()))
-            handle, states = write.bootstrap(task, function, records)
+            handle, states = write.bootstrap(task, serde.loads(shipped)[0], records)
             yield pa.RecordBatch.from_pylist([{"handle": json.dumps({"handle": handle, "states": states})}])
 
         routed = df.mapInArrow(route, _ROUTED).repartitionById(write.tasks, "_ks_task")
