@@ -74,9 +74,21 @@ class Tally(KeyedProcessFunction):
         yield json.dumps({"key": ctx.get_current_key(), "count": n, "last": self.last.get(),
                           "seen": sorted(self.seen.items()), "total": self.total.get(), "avg": self.avg.get()})
 
+    def on_timer(self, timestamp, ctx):
+        yield json.dumps({"key": ctx.get_current_key(), "timer": timestamp})
+
+
+def on_timer_lines(out: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted(out.iterdir()) if p.is_file() for line in p.read_text().splitlines()
+            if "timer" in line]
+
 
 def history(records: int, keys: int) -> list[tuple[str, int]]:
     return [(f"k{i % keys:03d}", i) for i in range(records)]
+
+
+DATA = history(600, 20)
+HISTORY, FUTURE = DATA[:400], DATA[400:]
 
 
 def build(env, data, out: Path, function=None):
@@ -90,7 +102,7 @@ def final_state(out: Path) -> dict[str, dict]:
     lines = [json.loads(line) for p in sorted(out.iterdir()) if p.is_file() for line in p.read_text().splitlines()]
     last: dict[str, dict] = {}
     for line in lines:
-        if line["count"] > last.get(line["key"], {"count": 0})["count"]:
+        if "count" in line and line["count"] > last.get(line["key"], {"count": 0})["count"]:
             last[line["key"]] = line
     return last
 
@@ -127,7 +139,7 @@ def tally_savepoint(spark, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tally")
     run_options.install(run_options.RunOptions(workdir=str(workdir / ".keyspan")))
     try:
-        yield savepoint_of(workdir, "tally", history(600, 40))
+        yield savepoint_of(workdir, "tally", HISTORY)
     finally:
         run_options.install(run_options.RunOptions())
 
@@ -163,7 +175,7 @@ def test_read_every_keyed_state_kind_equals_what_the_job_held(spark, tally_savep
     assert all(r.key_group == assign_to_key_group(r.key, 128) for r in count.collect())
 
     timers = reader.read_timers(tally).collect()
-    expected = {(k, FAR + v % 3) for k, v in history(600, 40)}
+    expected = {(k, FAR + v % 3) for k, v in HISTORY}
     assert {(t.key, t.timestamp) for t in timers} == expected
     assert {t.domain for t in timers} == {"processing_time"}
 
@@ -184,7 +196,7 @@ def test_reader_function_sees_states_as_the_job_did_and_tasks_read_only_their_sh
     rows = reader.read_keyed_state("tally", Summary(), "key string, n long, avg double, timers int",
                                    tasks=4).collect()
     assert {r.key: (r.n, r.avg) for r in rows} == {k: (s["count"], s["avg"]) for k, s in held.items()}
-    timers_per_key = {k: len({v % 3 for kk, v in history(600, 40) if kk == k}) for k in held}
+    timers_per_key = {k: len({v % 3 for kk, v in HISTORY if kk == k}) for k in held}
     assert {r.key: r.timers for r in rows} == timers_per_key
     per_task = reader.bytes_read.value
     metadata = json.loads(Path(path.removeprefix("file://"), "_metadata.json").read_text())
@@ -203,3 +215,156 @@ def test_spark_data_source_and_sql(spark, tally_savepoint):
     assert [(r.key, r.value) for r in rows] == sorted((k, s["count"]) for k, s in held.items() if s["count"] >= 15)
     with pytest.raises(Exception, match="no keyed state 'nope'"):
         spark.read.format("keyspan-state").option("path", path).option("uid", "tally").option("state", "nope").load()
+
+
+# -- writing -------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference(spark, tmp_path_factory):
+    """The job run over all of DATA without interruption: what every restored run must end with."""
+    from keyspan.runtime import options as run_options
+
+    workdir = tmp_path_factory.mktemp("reference")
+    run_options.install(run_options.RunOptions(workdir=str(workdir / ".keyspan")))
+    try:
+        env = env_with(2)
+        build(env, DATA, workdir / "out")
+        env.execute("reference")
+        yield final_state(workdir / "out")
+    finally:
+        run_options.install(run_options.RunOptions())
+
+
+class BackfillTally(KeyedStateBootstrapFunction):
+    """Builds Tally's state from history rows, as the job would have."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.last = ctx.get_list_state(ListStateDescriptor("last"))
+        self.seen = ctx.get_map_state(MapStateDescriptor("seen"))
+        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
+        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average()))
+
+    def process_element(self, row, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        self.last.add(row.v)
+        if len(self.last.get()) > 3:
+            self.last.update(self.last.get()[-3:])
+        self.seen.put(row.v % 5, n)
+        self.total.add(row.v)
+        self.avg.add(row.v)
+        ctx.timer_service().register_processing_time_timer(FAR + row.v % 3)
+        if ctx.get_current_key() == "k007" and n == 1:
+            ctx.timer_service().register_processing_time_timer(1)  # due at once after the restore
+
+
+def test_bootstrap_then_run_equals_a_run_that_processed_the_history(spark, workdir, reference):
+    from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend
+
+    # history rows in order of arrival per key: one Spark partition keeps their order
+    df = spark.createDataFrame(HISTORY, "key string, v long").coalesce(1)
+    transformation = OperatorTransformation.bootstrap_with(df).key_by(lambda row: row.key).transform(BackfillTally())
+    path = SavepointWriter.new_savepoint(spark, max_parallelism=128) \
+        .with_operator(OperatorIdentifier.for_uid("tally"), transformation).write(str(workdir / "bootstrapped"))
+
+    written = SavepointReader.read(spark, path)
+    assert {d["name"]: d["kind"] for d in written.operators()["tally"] if not d["name"].startswith("__")} == \
+        {"count": "value", "last": "list", "seen": "map", "total": "reducing", "avg": "aggregating"}
+
+    use_options(savepoint_path=path)
+    env = env_with(3)
+    env.set_state_backend(EmbeddedRocksDBStateBackend())  # written by the heap backend's code, read by RocksDB
+    build(env, FUTURE, workdir / "out")
+    env.execute("backfilled")
+    assert final_state(workdir / "out") == reference
+    assert on_timer_lines(workdir / "out") == [{"key": "k007", "timer": 1}]
+
+
+def test_transform_one_state_and_remove_an_operator(spark, workdir, tally_savepoint):
+    from pyspark.sql import functions as F
+
+    path, held_out = tally_savepoint
+    held = final_state(held_out)
+    fixed = SavepointWriter.from_existing_savepoint(spark, path).transform_state(
+        "tally", "count",
+        lambda rows: rows.filter(F.col("key") != "k002")
+        .withColumn("value", F.when(F.col("key") == "k001", F.lit(1000)).otherwise(F.col("value")))
+    ).write(str(workdir / "fixed"))
+    counts = {r.key: r.value for r in SavepointReader.read(spark, fixed).read_keyed_state("tally", state="count").collect()}
+    assert counts == {**{k: s["count"] for k, s in held.items() if k != "k002"}, "k001": 1000}
+    total = {r.key: decode(r.value) for r in SavepointReader.read(spark, fixed).read_keyed_state("tally", state="total").collect()}
+    assert total == {k: s["total"] for k, s in held.items()}, "the operator's other states are kept"
+
+    use_options(savepoint_path=fixed)
+    env = env_with(2)
+    build(env, DATA, workdir / "out-fixed")
+    env.execute("fixed")
+    after = final_state(workdir / "out-fixed")
+    assert after["k001"]["count"] == 1000 + 10 and after["k002"]["count"] == 10  # 10 more records per key
+    assert after["k002"]["total"] == held["k002"]["total"] + sum(v for k, v in FUTURE if k == "k002")
+    assert after["k003"]["count"] == held["k003"]["count"] + 10
+
+    removed = SavepointWriter.from_existing_savepoint(spark, path).remove_operator("tally").write(str(workdir / "rm"))
+    assert "tally" not in json.loads(Path(removed.removeprefix("file://"), "_metadata.json").read_text())["state"]
+    use_options(savepoint_path=removed)
+    env = env_with(2)
+    build(env, DATA, workdir / "out-removed")
+    env.execute("removed")
+    assert {s["count"] for s in final_state(workdir / "out-removed").values()} == {10}, "state starts empty"
+
+
+def test_rekey_to_a_larger_max_parallelism_and_restore_above_the_old_max(spark, tmp_path, reference):
+    from keyspan.runtime import options as run_options
+
+    run_options.install(run_options.RunOptions(workdir=str(tmp_path / ".keyspan")))
+    try:
+        env = env_with(2)
+        env.set_max_parallelism(2)
+        build(env, HISTORY, tmp_path / "small")
+        env.execute("small")
+        from keyspan.checkpoint.metadata import MetadataStore
+        from keyspan.checkpoint.savepoint import write_savepoint
+        from keyspan.io.storage import Storage
+
+        opts = run_options.current()
+        checkpoint = MetadataStore(opts.metadata()).latest_checkpoint("small")
+        path = write_savepoint(Storage(opts.checkpoint_root()).child("small"), checkpoint,
+                               "file://" + str(tmp_path / "sp-small"), job_name="small", job_file_bytes=None)
+        MetadataStore(opts.metadata()).add_savepoint(path=path, job_id="small", epoch=checkpoint["epoch"],
+                                                     parallelism=2, code_version=None, restored_from=None,
+                                                     trigger="manual")
+        rekeyed = SavepointWriter.from_existing_savepoint(spark, path).change_max_parallelism(8) \
+            .write(str(tmp_path / "sp-8"), metadata_url=opts.metadata())
+        metadata = json.loads(Path(rekeyed.removeprefix("file://"), "_metadata.json").read_text())
+        assert metadata["max_parallelism"] == 8 and metadata["operations"] == ["max parallelism 2 -> 8"]
+        assert all(h["kg"][1] <= 8 for h in metadata["state"]["tally"])
+
+        # the version tree shows the derived savepoint under its source, with what was done
+        from typer.testing import CliRunner
+        from keyspan.cli.main import app
+        tree = CliRunner().invoke(app, ["savepoints", "small", "--tree", "--workdir", opts.workdir]).output
+        assert "sp-8" in tree and "max parallelism 2 -> 8" in tree, tree
+        assert tree.index("sp-small") < tree.index("sp-8")
+
+        use_options(savepoint_path=rekeyed)
+        env = env_with(4)  # above the old max parallelism 2
+        env.set_max_parallelism(8)
+        build(env, DATA, tmp_path / "small")
+        env.execute("small")
+        assert final_state(tmp_path / "small") == reference
+
+        # a tampered file of the writer's output is refused, naming the file
+        victim = sorted(Path(rekeyed.removeprefix("file://"), "state").rglob("*.full"))[0]
+        data = victim.read_bytes()
+        victim.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        use_options(savepoint_path=rekeyed)
+        env = env_with(4)
+        env.set_max_parallelism(8)
+        build(env, DATA, tmp_path / "never")
+        with pytest.raises(JobExecutionError, match=f"{victim.name}.*corrupt|corrupt.*{victim.name}"):
+            env.execute("small-again")
+        with pytest.raises(Exception, match="corrupt"):
+            SavepointReader.read(spark, rekeyed)
+    finally:
+        run_options.install(run_options.RunOptions())

@@ -24,6 +24,13 @@ def load(path: str, verify: bool = True) -> dict:
     return savepoint_format.load_savepoint(path, verify=verify)
 
 
+# Spark type names accepted as options (the data source plans without a Spark session at hand)
+_SPARK_TYPES = {"string": pa.string(), "bigint": pa.int64(), "long": pa.int64(), "int": pa.int32(),
+                "integer": pa.int32(), "smallint": pa.int16(), "tinyint": pa.int8(), "double": pa.float64(),
+                "float": pa.float32(), "boolean": pa.bool_(), "binary": pa.binary(), "date": pa.date32(),
+                "timestamp": pa.timestamp("us", tz="UTC")}
+
+
 def arrow_type(declared) -> pa.DataType | None:
     """A column type from ``Types.X()``, a Spark DDL type string (``"bigint"``), a pyarrow type, or the
     ``type`` a savepoint recorded for a state (``"LONG"``); None: pickled binary."""
@@ -40,10 +47,11 @@ def arrow_type(declared) -> pa.DataType | None:
                 return factory().arrow_type
             except TypeError:
                 return None
-        from pyspark.sql.pandas.types import to_arrow_type
-        from pyspark.sql.types import _parse_datatype_string
-
-        return to_arrow_type(_parse_datatype_string(declared))
+        simple = _SPARK_TYPES.get(declared.strip().lower())
+        if simple is None:
+            raise ValueError(f"unknown column type {declared!r}: one of {', '.join(sorted(_SPARK_TYPES))}, or "
+                             "Types.X() in Python")
+        return simple
     raise TypeError(f"cannot make a column type of {declared!r}: give Types.X(), a Spark type string or None")
 
 

@@ -23,8 +23,14 @@ from keyspan.state_processor.functions import (
     uid_of,
 )
 
+# the rows between the stages of a write (Spark DDL for Spark, the same as Arrow schemas for the tasks)
 _ROUTED = "_ks_task int, _ks_kg int, _ks_key binary, _ks_value binary"
+_ROUTED_ARROW = pa.schema([("_ks_task", pa.int32()), ("_ks_kg", pa.int32()), ("_ks_key", pa.binary()),
+                           ("_ks_value", pa.binary())])
 _ENTRIES = "_ks_task int, _ks_kg int, state string, key binary, value binary, pos long, map_key binary"
+_ENTRIES_ARROW = pa.schema([("_ks_task", pa.int32()), ("_ks_kg", pa.int32()), ("state", pa.string()),
+                            ("key", pa.binary()), ("value", pa.binary()), ("pos", pa.int64()),
+                            ("map_key", pa.binary())])
 _HANDLES = "handle string"
 
 
@@ -130,7 +136,7 @@ class StateBootstrapTransformation:
                 yield pa.RecordBatch.from_pydict({
                     "_ks_task": [t for _, t in routes], "_ks_kg": [kg for kg, _ in routes],
                     "_ks_key": [serde.dumps(k) for k in keys], "_ks_value": [serde.dumps(r) for r in rows]},
-                    schema=_arrow(_ROUTED))
+                    schema=_ROUTED_ARROW)
 
         def bootstrap(batches):
             from pyspark import TaskContext
@@ -146,13 +152,6 @@ class StateBootstrapTransformation:
         results = [json.loads(r.handle) for r in routed.mapInArrow(bootstrap, _HANDLES).collect()]
         states = {d["name"]: d for r in results for d in r["states"]}
         return [r["handle"] for r in results if r["handle"]], sorted(states.values(), key=lambda d: d["name"])
-
-
-def _arrow(ddl: str) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
-
-    return to_arrow_schema(_parse_datatype_string(ddl))
 
 
 # -- SavepointWriter ---------------------------------------------------------------------------------------
@@ -268,7 +267,7 @@ class SavepointWriter:
         write = T.KeyedWrite(target, uid, self.max_parallelism, _default_tasks(spark, self.max_parallelism), epoch)
         transforms = self._transforms.get(uid, [])
         replaced = {state for state, _, _ in transforms}
-        schema = _arrow(_ENTRIES)
+        schema = _ENTRIES_ARROW
 
         def read_entries(batches):
             for batch in batches:
@@ -328,7 +327,7 @@ class SavepointWriter:
 
 def _as_entries(df, state: str, kind: str, write: T.KeyedWrite):
     """A transformed state's rows (``read_keyed_state`` shape) → entries of the rewrite."""
-    schema = _arrow(_ENTRIES)
+    schema = _ENTRIES_ARROW
 
     def convert(batches):
         for b in batches:
