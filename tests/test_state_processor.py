@@ -368,3 +368,57 @@ def test_rekey_to_a_larger_max_parallelism_and_restore_above_the_old_max(spark, 
             SavepointReader.read(spark, rekeyed)
     finally:
         run_options.install(run_options.RunOptions())
+
+
+# -- queryable state -----------------------------------------------------------------------------------------
+
+def _consumed(offsets) -> int:
+    """Records the source had consumed at a checkpoint (its offsets hold {"index": n})."""
+    if isinstance(offsets, dict):
+        if "index" in offsets and isinstance(offsets["index"], int):
+            return offsets["index"]
+        return sum(_consumed(v) for v in offsets.values())
+    return 0
+
+
+def test_queryable_state_matches_the_committed_checkpoint_while_the_job_runs(workdir):
+    import time
+
+    import httpx
+    from typer.testing import CliRunner
+
+    from keyspan.cli.main import app
+    from keyspan.rest.auth import auth_headers
+    from keyspan.runtime import options as run_options
+    from savepoint_helpers import store
+
+    env = env_with(2)
+    build(env, DATA, workdir / "out")
+    env.set_max_records_per_epoch(40)
+    job = BackgroundJob(env, "live")
+    wait_for_checkpoints("live", 2, job=job)
+    api = store().get_job("live")["api_url"]
+    headers = auth_headers(run_options.current().workdir)
+    answers = []
+    deadline = time.time() + 120
+    while job.thread.is_alive() and len(answers) < 3 and time.time() < deadline:
+        r = httpx.get(f"{api}/jobs/live/state/tally/count", params={"key": "k003"}, headers=headers, timeout=30)
+        if r.status_code == 200:
+            answers.append(r.json())
+        time.sleep(0.5)
+    cli_running = CliRunner().invoke(app, ["state", "get", "live", "--uid", "tally", "--state", "count", "--key",
+                                           "k003", "--workdir", run_options.current().workdir])
+    missing = httpx.get(f"{api}/jobs/live/state/tally/nope", params={"key": "k003"}, headers=headers, timeout=30)
+    job.join()
+    assert answers, "the API answered no query while the job ran"
+    assert missing.status_code == 404 and "no keyed state 'nope'" in missing.json()["detail"]
+    for a in answers:
+        consumed = _consumed(store().get_checkpoint("live", a["epoch"])["source_offsets"])
+        assert a["value"] == sum(1 for k, _ in DATA[:consumed] if k == "k003"), a
+        assert a["key"] == "k003" and a["kind"] == "value"
+    assert cli_running.exit_code == 0, cli_running.output
+    # after the run: read from the last checkpoint's files, no driver needed
+    done = CliRunner().invoke(app, ["state", "get", "live", "--uid", "tally", "--state", "last", "--key", "k003",
+                                    "--workdir", run_options.current().workdir])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["value"] == final_state(workdir / "out")["k003"]["last"]

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keyspan.cli import jobs as jobs_cli, ui as ui_cli  # observability
+from keyspan.cli import state as state_cli  # state processor
 from keyspan.common.settings import load as load_settings  # observability
 from keyspan.rest.auth import auth_headers  # observability
 from keyspan.runtime import options as run_options
@@ -26,6 +27,7 @@ out = Console(width=None if sys.stdout.isatty() else 200)  # piped output: no tr
 
 jobs_cli.register(app)  # observability: list, status, --version, --log-level
 ui_cli.register(app)  # observability: keyspan ui
+state_cli.register(app)  # state processor: keyspan state get|dump|bootstrap|rekey
 WORKDIR_HELP = "keyspan's local folder (metadata store, Spark offset logs, default checkpoints)"
 
 

@@ -4,6 +4,7 @@
 from keyspan.state_processor.datasource import KeyspanStateDataSource, register as register_data_source
 from keyspan.state_processor.functions import (
     BroadcastStateBootstrapFunction,
+    ColumnBootstrapFunction,
     KeyedStateBootstrapFunction,
     KeyedStateReaderFunction,
     OperatorIdentifier,
@@ -21,6 +22,7 @@ from keyspan.state_processor.writer import (
 
 __all__ = [
     "BroadcastStateBootstrapFunction",
+    "ColumnBootstrapFunction",
     "KeyedOperatorTransformation",
     "KeyedStateBootstrapFunction",
     "KeyedStateReaderFunction",

@@ -61,6 +61,31 @@ class KeyedStateBootstrapFunction(Function):
         raise NotImplementedError
 
 
+class ColumnBootstrapFunction(KeyedStateBootstrapFunction):
+    """One keyed state from one column of the input: each key's last value (``kind="value"``) or all
+    its values in input order (``kind="list"``) — what ``keyspan state bootstrap`` runs."""
+
+    def __init__(self, state: str, kind: str, column: str):
+        if kind not in ("value", "list"):
+            raise ValueError(f"ColumnBootstrapFunction writes value or list state, not {kind!r}")
+        self.name, self.kind, self.column = state, kind, column
+
+    def open(self, runtime_context):
+        from keyspan.state.api import ListStateDescriptor, ValueStateDescriptor
+
+        if self.kind == "list":
+            self.state = runtime_context.get_list_state(ListStateDescriptor(self.name))
+        else:
+            self.state = runtime_context.get_state(ValueStateDescriptor(self.name))
+
+    def process_element(self, value, ctx) -> None:
+        cell = value[self.column]
+        if self.kind == "list":
+            self.state.add(cell)
+        else:
+            self.state.update(cell)
+
+
 class StateBootstrapFunction(Function):
     """Writes operator list / union list state: as Flink's, a ``CheckpointedFunction`` — create the states
     in ``initialize_state(context)`` (``context.get_operator_state_store()``), fill them in
