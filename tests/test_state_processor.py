@@ -422,3 +422,91 @@ def test_queryable_state_matches_the_committed_checkpoint_while_the_job_runs(wor
                                     "--workdir", run_options.current().workdir])
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["value"] == final_state(workdir / "out")["k003"]["last"]
+
+
+# -- operator state: list, union list, broadcast -------------------------------------------------------------
+
+from keyspan.datastream import BroadcastProcessFunction, CheckpointedFunction, MapFunction  # noqa: E402
+from keyspan.state_processor import BroadcastStateBootstrapFunction, StateBootstrapFunction  # noqa: E402
+
+RULES = MapStateDescriptor("rules", Types.STRING(), Types.LONG())
+RULE_UPDATES = [("limit", 10), ("floor", 1), ("limit", 30)]
+
+
+class Remember(MapFunction, CheckpointedFunction):
+    """Operator list state of every value its subtask saw; union list state of each subtask's maximum."""
+
+    def initialize_state(self, context):
+        store = context.get_operator_state_store()
+        self.values = store.get_list_state(ListStateDescriptor("values"))
+        self.maxes = store.get_union_list_state(ListStateDescriptor("maxes"))
+        self.mine = []
+
+    def snapshot_state(self, context):
+        self.maxes.update([max(self.values.get())] if self.values.get() else [])
+
+    def map(self, value):
+        self.values.add(value[1])
+        return value
+
+
+class ApplyRules(BroadcastProcessFunction):
+    def process_element(self, value, ctx):
+        yield value
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put(*value)
+
+
+def test_read_and_bootstrap_operator_list_union_and_broadcast_state(spark, workdir):
+    from keyspan.checkpoint.metadata import MetadataStore
+    from keyspan.checkpoint.savepoint import write_savepoint
+    from keyspan.connectors.sources import CollectionSource
+    from keyspan.io.storage import Storage
+    from keyspan.runtime import options as run_options
+
+    env = env_with(2)
+    env.set_max_records_per_epoch(100)
+    rules = CollectionSource(RULE_UPDATES)
+    rules.max_per_epoch = 1
+    broadcast = env.from_source(rules, source_name="rules").uid("rules").broadcast(RULES)
+    data = env.from_collection(HISTORY).uid("src").map(Remember()).uid("remember")
+    data.connect(broadcast).process(ApplyRules()).uid("apply").sink_to(
+        FileSink.for_row_format(str(workdir / "o"), Encoder.simple_string_encoder()).build()).uid("sink")
+    env.execute("operators")
+    opts = run_options.current()
+    checkpoint = MetadataStore(opts.metadata()).latest_checkpoint("operators")
+    path = write_savepoint(Storage(opts.checkpoint_root()).child("operators"), checkpoint,
+                           "file://" + str(workdir / "sp"), job_name="operators", job_file_bytes=None)
+
+    reader = SavepointReader.read(spark, path)
+    values = reader.read_list_state("remember", "values", Types.LONG()).collect()
+    assert sorted(r.value for r in values) == sorted(v for _, v in HISTORY)
+    assert {r.subtask for r in values} == {0, 1}
+    per_subtask_max = {s: max(r.value for r in values if r.subtask == s) for s in (0, 1)}
+    maxes = reader.read_union_state("remember", "maxes", Types.LONG()).collect()
+    assert sorted(r.value for r in maxes) == sorted(per_subtask_max.values())
+    rules_read = reader.read_broadcast_state("apply", "rules", Types.STRING(), Types.LONG()).collect()
+    assert {r.key: r.value for r in rules_read} == dict(RULE_UPDATES)
+
+    class Values(StateBootstrapFunction):
+        def initialize_state(self, context):
+            self.values = context.get_operator_state_store().get_list_state(ListStateDescriptor("values"))
+
+        def process_element(self, row, ctx):
+            self.values.add(row.v)
+
+    class Rules(BroadcastStateBootstrapFunction):
+        def process_element(self, row, ctx):
+            ctx.get_broadcast_state(RULES).put(row.name, row.limit)
+
+    values_df = spark.createDataFrame([(i,) for i in range(10)], "v long").repartition(2)
+    rules_df = spark.createDataFrame([("limit", 99), ("floor", 3)], "name string, limit long")
+    written = SavepointWriter.new_savepoint(spark, 16) \
+        .with_operator("remember", OperatorTransformation.bootstrap_with(values_df).transform(Values())) \
+        .with_operator("apply", OperatorTransformation.bootstrap_with(rules_df).transform(Rules())) \
+        .write(str(workdir / "bootstrapped-operators"))
+    back = SavepointReader.read(spark, written)
+    assert sorted(r.value for r in back.read_list_state("remember", "values", Types.LONG()).collect()) == list(range(10))
+    assert {r.key: r.value for r in back.read_broadcast_state("apply", "rules", Types.STRING(), Types.LONG())
+            .collect()} == {"limit": 99, "floor": 3}
