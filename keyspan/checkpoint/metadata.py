@@ -56,6 +56,7 @@ savepoints = Table(
     Column("code_version", String(64)),
     Column("restored_from", Text),
     Column("trigger", String(32), nullable=False),
+    Column("operations", Text),  # a savepoint derived offline: what was done (State Processor API)
 )
 
 runs = Table(
@@ -136,6 +137,7 @@ def _add_column(table: str, column: str, sql_type: str):
 MIGRATIONS = {
     1: _add_column("checkpoints", "event_time", "JSON"),
     2: _add_column("checkpoints", "sources", "JSON"),
+    3: _add_column("savepoints", "operations", "TEXT"),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 

@@ -137,3 +137,60 @@ def restored_manifest(metadata: dict) -> dict[str, list[dict]]:
 
 def _safe(uid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
+
+
+# --- savepoints written by the State Processor API -------------------------------------------------
+
+def write_state_file(target_uri: str, uid: str, name: str, sections, meta: dict | None = None) -> dict:
+    """One key-group state file of a savepoint being written (``statefile`` format, path relative to
+    the savepoint); returns path, size and checksum for its handle."""
+    return statefile.write(Storage(target_uri), posixpath.join("state", _safe(uid), name), sections, meta)
+
+
+def write_operator_state_file(target_uri: str, uid: str, name: str, payload: bytes) -> dict:
+    """One operator subtask's operator state (a file with the one non-key-group section)."""
+    return statefile.write_section(Storage(target_uri), posixpath.join("state", _safe(uid), name), payload,
+                                   meta={"kind": "operator"})
+
+
+def write_derived_savepoint(target_uri: str, *, state: dict[str, list[dict]], operators: list[dict],
+                            max_parallelism: int, parallelism: int, base: dict | None, operations: list[str],
+                            job_id: str | None = None, job_name: str | None = None) -> str:
+    """The metadata of a savepoint made offline from ``base`` (a loaded savepoint, or None for a new
+    one). Handles with a relative path were written into ``target_uri`` already; those with an
+    absolute URL (the base's files) are copied in, so the result is self-contained. The metadata is
+    written last, as in ``write_savepoint``; ``operations`` says what was done, for the version tree."""
+    target = Storage(target_uri)
+    placed: dict[str, list[dict]] = {}
+    for uid, handles in state.items():
+        placed[uid] = []
+        for h in handles:
+            if "://" in h["path"]:
+                src_storage, src_rel = statefile.resolve(target, h["path"])
+                rel = posixpath.join("state", _safe(uid), posixpath.basename(src_rel))
+                src_storage.copy_file(src_rel, target, rel)
+                h = {**h, "path": rel}
+            placed[uid].append(h)
+    base = base or {}
+    metadata = {
+        "format": FORMAT,
+        "job_id": job_id or base.get("job_id"),
+        "job_name": job_name or base.get("job_name"),
+        "epoch": base.get("epoch", 0),
+        "created_at": time.time(),
+        "max_parallelism": max_parallelism,
+        "parallelism": parallelism,
+        "code_version": base.get("code_version"),
+        "restored_from": f"savepoint:{base['uri']}" if base.get("uri") else None,
+        "source_offsets": base.get("source_offsets") or {},
+        "operators": operators,
+        "event_time": base.get("event_time") or {},
+        "state": placed,
+        "derived_from": base.get("uri"),
+        "operations": list(operations),
+    }
+    if base.get("job_file"):
+        Storage(base["uri"]).copy_file(base["job_file"], target, "job.py")
+        metadata["job_file"] = "job.py"
+    target.write(METADATA, json.dumps(metadata, indent=1, sort_keys=True).encode())
+    return target.uri

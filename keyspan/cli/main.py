@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keyspan.cli import jobs as jobs_cli, ui as ui_cli  # observability
+from keyspan.cli import state as state_cli  # state processor
 from keyspan.common.settings import load as load_settings  # observability
 from keyspan.rest.auth import auth_headers  # observability
 from keyspan.runtime import options as run_options
@@ -28,6 +29,7 @@ out = Console(width=None if sys.stdout.isatty() else 200)  # piped output: no tr
 
 jobs_cli.register(app)  # observability: list, status, --version, --log-level
 ui_cli.register(app)  # observability: keyspan ui
+state_cli.register(app)  # state processor: keyspan state get|dump|bootstrap|rekey
 WORKDIR_HELP = "keyspan's local folder (metadata store, Spark offset logs, default checkpoints)"
 
 
@@ -353,7 +355,7 @@ def _lineage_tree(job_id: str, savepoints_rows: list[dict], runs: list[dict]):
         parent_ref = (sp["restored_from"] or "").removeprefix("savepoint:")
         parent = nodes.get(parent_ref, root)
         label = (f"{sp['path']}  [dim]epoch {sp['epoch']}, p={sp['parallelism']}, code {sp['code_version'] or '-'}, "
-                 f"{sp['trigger']}[/dim]")
+                 f"{sp['trigger']}[/dim]" + (f"\n{sp['operations']}" if sp.get("operations") else ""))
         nodes[sp["path"]] = parent.add(label)
     for run in runs:
         ref = (run["restored_from"] or "").removeprefix("savepoint:")

@@ -26,3 +26,7 @@ class JobHandle(Protocol):
 
     def stop_request(self) -> dict | None:
         """The pending stop request, if any."""
+
+    def query_state(self, uid: str, state: str, key: str) -> dict:
+        """A key's value in a keyed state as of the last committed checkpoint (JSON-ready); raises
+        LookupError naming what is unknown."""

@@ -119,6 +119,15 @@ def build_app(job: JobHandle, guard: TokenGuard) -> FastAPI:
         triggers[trigger] = job.request_stop(body.savepoint, body.target_directory, body.drain)
         return {"request-id": trigger}
 
+    @app.get("/jobs/{job_id}/state/{uid}/{state}", dependencies=reading)
+    def queryable_state(job_id: str, uid: str, state: str, key: str):
+        """Queryable state: the key's value as of the last committed epoch (``key`` as JSON or text)."""
+        check(job_id)
+        try:
+            return job.query_state(uid, state, key)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from None
+
     return app
 
 

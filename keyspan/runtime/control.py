@@ -50,3 +50,16 @@ class RunnerHandle:
 
     def stop_request(self) -> dict | None:
         return self._runner.control.stop_request
+
+    def query_state(self, uid: str, state: str, key: str) -> dict:
+        """One key's value as of the last committed checkpoint (files kept while they are read)."""
+        from keyspan.runtime import queryable_state
+
+        runner = self._runner
+        with runner.coordinator.files_lock:
+            checkpoint = runner.committed
+            if checkpoint is None:
+                raise queryable_state.StateQueryError(f"job '{runner.job_id}' has no committed checkpoint yet")
+            answer = queryable_state.query(runner.storage, checkpoint, runner.job_id, uid, state, key)
+        return {**answer, "key": queryable_state.jsonable(answer["key"]),
+                "value": queryable_state.jsonable(answer["value"])}

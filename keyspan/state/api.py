@@ -6,6 +6,14 @@ from abc import ABC, abstractmethod
 from typing import Any, Iterable
 
 
+# Timers of a keyed operator are keyed state: the map state TIMER_STATE holds each key's pending
+# timers as {(domain, timestamp): True}; the runtime fires them, the State Processor API reads and
+# bootstraps them.
+TIMER_STATE = "__ks_timers"
+EVENT_TIME = 0
+PROCESSING_TIME = 1
+
+
 class StateDescriptor(ABC):
     """Declares a state by name; the same name in the same operator is the same state after restore."""
 

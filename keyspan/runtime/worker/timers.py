@@ -14,11 +14,7 @@ import itertools
 
 from keyspan.datastream import timerservice
 from keyspan.common.clock import LONG_MIN, wall_clock_ms
-from keyspan.state.api import MapStateDescriptor
-
-TIMER_STATE = "__ks_timers"
-EVENT_TIME = 0
-PROCESSING_TIME = 1
+from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE, MapStateDescriptor  # noqa: F401
 
 class TimerService(timerservice.TimerService):
     """PyFlink's ``TimerService`` for one keyed operator instance (``ctx.timer_service()``)."""
