@@ -104,6 +104,24 @@ def test_second_driver_is_refused_and_takes_over_after_sigkill(tmp_path):
     assert got == _expected()
 
 
+def _pause_outside_a_write(pid: int, db: Path) -> None:
+    """SIGSTOP the driver's process group at a moment it holds no SQLite write lock (a process frozen
+    inside a write transaction blocks every SQLite writer until it dies: that is SQLite, not fencing)."""
+    import sqlite3
+
+    for _ in range(50):
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            with sqlite3.connect(db, timeout=0.5) as c:
+                c.execute("BEGIN IMMEDIATE")
+                c.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.killpg(pid, signal.SIGCONT)
+            time.sleep(0.3)
+    raise AssertionError("the driver never paused outside a metadata write")
+
+
 def test_a_paused_driver_that_wakes_after_a_takeover_commits_and_publishes_nothing(tmp_path):
     workdir, output = tmp_path / "work", tmp_path / "out"
     first = _run(workdir, output)
@@ -111,7 +129,7 @@ def test_a_paused_driver_that_wakes_after_a_takeover_commits_and_publishes_nothi
     while _committed(workdir) < 1 and first.poll() is None and time.time() < deadline:
         time.sleep(0.3)
     assert first.poll() is None, first.communicate()[1][-2000:]
-    os.killpg(first.pid, signal.SIGSTOP)  # a stopped VM, a long pause: no heartbeats
+    _pause_outside_a_write(first.pid, workdir / "keyspan.db")  # a stopped VM, a long pause: no heartbeats
     try:
         time.sleep(7)  # > KEYSPAN_LEASE_SECONDS: the paused driver's claim expires
         second = _run(workdir, output)

@@ -189,8 +189,8 @@ class CheckpointCoordinator:
         with self.files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
-                discard=discard, fence=self.lease, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens, sinks=sinks,
-                operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
+                discard=discard, fence=self.lease, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens,
+                sinks=sinks, operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
         self.consecutive_failures = 0
         write_checkpoint_metadata(self.storage, self.committed, job_name=self.job_name, key=self.signing_key)
         if sinks:

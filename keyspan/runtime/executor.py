@@ -22,6 +22,8 @@ import time
 import uuid
 import zipfile
 
+from sqlalchemy.exc import OperationalError
+
 from keyspan.checkpoint import integrity
 from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, storage_failure
 from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore
@@ -159,6 +161,10 @@ class JobRunner:
             self.lease = self.store.claim_lease(self.job_id, socket.gethostname(), os.getpid(), duration)
         except LeaseHeld as exc:
             raise JobExecutionError(f"keyspan: {exc}") from None
+        except OperationalError as exc:
+            raise JobExecutionError(f"keyspan: job '{self.job_id}' cannot be claimed: the metadata store "
+                                    f"{self.store.url} did not answer ({exc.orig}); is another process stuck "
+                                    "holding it?") from None
         self._heartbeat_stop = threading.Event()
 
         def beat():
