@@ -293,8 +293,9 @@ class KafkaReader(SourceReader):
     def read(self, partition):
         from confluent_kafka import KafkaError, TopicPartition
 
-        consumer = _Client.consumer(self._config(**{"auto.offset.reset": "earliest",
-                                                    "enable.partition.eof": True}))
+        # a task reads known ranges and lets go: the broker need not hold an empty fetch for long
+        consumer = _Client.consumer({"fetch.wait.max.ms": 20, **self._config(**{"auto.offset.reset": "earliest",
+                                                                              "enable.partition.eof": True})})
         todo = {}  # (topic, partition) → offset to read up to
         first = {}  # (topic, partition) → first offset to read
         next_offset = {}  # (topic, partition) → offset after the last record read
