@@ -144,10 +144,9 @@ def test_broadcast_api_checks_its_arguments(env):
     ds = env.from_collection([1, 2])
     with pytest.raises(TypeError):
         ds.broadcast(ValueStateDescriptor("not-a-map"))
-    with pytest.raises(NotImplementedError):
-        ds.broadcast()
-    with pytest.raises(NotImplementedError):
-        ds.connect(ds)
+    assert not isinstance(ds.broadcast(), BroadcastStream)  # broadcast partitioning (issue 14)
+    with pytest.raises(TypeError, match="DataStream or a BroadcastStream"):
+        ds.connect([1])
     with pytest.raises(Exception, match="KeyedStream"):
         ds.key_by(lambda x: x).broadcast(RULES)
     with pytest.raises(TypeError, match="KeyedBroadcastProcessFunction"):

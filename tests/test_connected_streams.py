@@ -32,6 +32,7 @@ from keyspan.datastream import (
     ConnectedStreams,
     KeyedCoProcessFunction,
     OutputTag,
+    SinkFunction,
     StreamExecutionEnvironment,
 )
 from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor
@@ -171,16 +172,14 @@ def test_keyed_co_process_join_with_shared_state_timers_and_min_watermark(env, w
     assert len(expected) == 50 and sorted(t for _, t in collected) == sorted(unmatched)
 
 
-class _Collect:
-    """A SinkFunction-like callable store (driver sink): records arrive on the driver."""
+class _Collect(SinkFunction):
+    """A sink function runs on the driver: records land in the test's list."""
 
-    def __new__(cls, into):
-        from keyspan.datastream import SinkFunction
+    def __init__(self, into: list):
+        self.into = into
 
-        class Sink(SinkFunction):
-            def invoke(self, value, context):
-                into.append(value)
-        return Sink()
+    def invoke(self, value, context):
+        self.into.append(value)
 
 
 RECORDS = 360  # 12 epochs of 30 orders

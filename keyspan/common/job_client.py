@@ -98,7 +98,10 @@ class JobClient:
         """Stop after the current epoch commits (no savepoint); its checkpoints stay, as in Flink."""
         self._cancelled = True
         self._runner.control.request_stop(savepoint=False, target=None)
-        return CompletableFuture._run(lambda: (self._done.exception(), None)[1])
+
+        def stopped():
+            self._done.exception()  # waits for the run to end; a failure shows in get_job_status()
+        return CompletableFuture._run(stopped)
 
     def trigger_savepoint(self, savepoint_directory: str | None = None) -> CompletableFuture:
         """A savepoint of the latest committed checkpoint (waits for the first one); its location."""
