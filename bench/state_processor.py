@@ -131,30 +131,34 @@ def main():
 
         if args.skip_spark:
             return
-        src = os.path.join(work, "dump")
-        checkpoint = os.path.join(work, "tws")
-        t = time.time()
-        query = (spark.readStream.schema("key string, value string").parquet(src).groupBy("key")
-                 .transformWithStateInPandas(statefulProcessor=_storing_processor()(), outputStructType="key string",
-                                             outputMode="Update", timeMode="None")
-                 .writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-        query.awaitTermination()
-        t_ingest = time.time() - t
-        store_bytes = _size(os.path.join(checkpoint, "state"))
-        print(f"Spark TWS ingest (setup)     {t_ingest:8.1f} s   state store {store_bytes / MB:,.0f} MB on disk", flush=True)
-        t = time.time()
-        rows = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "v").load()
-        rows.select("key", "value").write.format("noop").mode("overwrite").save()
-        t_read = time.time() - t
-        count = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "v").load().count()
-        print(f"Spark statestore read        {t_read:8.1f} s   {count:,} rows, {args.tasks} partitions "
-              f"(state store {store_bytes / MB / max(t_read, 1e-9):,.1f} MB/s on disk)", flush=True)
-        t = time.time()
-        reader.read_keyed_state("op", state="v", value_type=Types.STRING(), tasks=args.tasks) \
-            .select("key", "value").write.format("noop").mode("overwrite").save()
-        t_ks = time.time() - t
-        print(f"keyspan-state read (same)    {t_ks:8.1f} s   {keys:,} rows, {args.tasks} tasks; "
-              f"statestore / keyspan = {t_read / t_ks:.2f}x", flush=True)
+        try:
+            src = os.path.join(work, "dump")
+            checkpoint = os.path.join(work, "tws")
+            t = time.time()
+            query = (spark.readStream.schema("key string, value string").parquet(src).groupBy("key")
+                     .transformWithStateInPandas(statefulProcessor=_storing_processor()(), outputStructType="key string",
+                                                 outputMode="Update", timeMode="None")
+                     .writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+            query.awaitTermination()
+            t_ingest = time.time() - t
+            store_bytes = _size(os.path.join(checkpoint, "state"))
+            print(f"Spark TWS ingest (setup)     {t_ingest:8.1f} s   state store {store_bytes / MB:,.0f} MB on disk", flush=True)
+            t = time.time()
+            rows = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "v").load()
+            rows.select("key", "value").write.format("noop").mode("overwrite").save()
+            t_read = time.time() - t
+            count = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "v").load().count()
+            print(f"Spark statestore read        {t_read:8.1f} s   {count:,} rows, {args.tasks} partitions "
+                  f"(state store {store_bytes / MB / max(t_read, 1e-9):,.1f} MB/s on disk)", flush=True)
+            t = time.time()
+            reader.read_keyed_state("op", state="v", value_type=Types.STRING(), tasks=args.tasks) \
+                .select("key", "value").write.format("noop").mode("overwrite").save()
+            t_ks = time.time() - t
+            print(f"keyspan-state read (same)    {t_ks:8.1f} s   {keys:,} rows, {args.tasks} tasks; "
+                  f"statestore / keyspan = {t_read / t_ks:.2f}x", flush=True)
+        except Exception as exc:  # noqa: BLE001 — the peer failing (e.g. on an overloaded machine) is a result too
+            print(f"Spark transformWithStateInPandas / statestore step failed: {str(exc).splitlines()[0][:300]}",
+                  flush=True)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
