@@ -30,7 +30,7 @@ from keyspan.state_processor import (
     decode,
 )
 
-from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+from savepoint_helpers import BackgroundJob, use_options, wait_for_checkpoints
 
 from keyspan.datastream import AggregateFunction
 
