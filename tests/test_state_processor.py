@@ -30,7 +30,7 @@ from keyspan.state_processor import (
     decode,
 )
 
-from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+from savepoint_helpers import BackgroundJob, use_options, wait_for_checkpoints
 
 from keyspan.datastream import AggregateFunction
 
@@ -510,3 +510,47 @@ def test_read_and_bootstrap_operator_list_union_and_broadcast_state(spark, workd
     assert sorted(r.value for r in back.read_list_state("remember", "values", Types.LONG()).collect()) == list(range(10))
     assert {r.key: r.value for r in back.read_broadcast_state("apply", "rules", Types.STRING(), Types.LONG())
             .collect()} == {"limit": 99, "floor": 3}
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+
+def test_cli_dump_bootstrap_and_rekey(spark, tmp_path, tally_savepoint):
+    from typer.testing import CliRunner
+
+    from keyspan.cli.main import app
+
+    path, out = tally_savepoint
+    held = final_state(out)
+    cli = CliRunner()
+    result = cli.invoke(app, ["state", "dump", path, "--uid", "tally", "--format", "jsonl", str(tmp_path / "all"),
+                              "--workdir", str(tmp_path / ".ks")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["avg", "count", "last", "seen", "timers", "total"]
+    lines = [json.loads(line) for p in (tmp_path / "all" / "last").glob("part-*") for line in p.read_text().splitlines()]
+    last: dict = {}
+    for line in sorted(lines, key=lambda r: r["index"]):
+        last.setdefault(line["key"], []).append(line["value"])
+    assert last == {k: s["last"] for k, s in held.items()}
+
+    result = cli.invoke(app, ["state", "dump", path, "--uid", "tally", "--state", "count", "--format", "parquet",
+                              str(tmp_path / "count"), "--workdir", str(tmp_path / ".ks")])
+    assert result.exit_code == 0, result.output
+    counts = {r.key: r.value for r in spark.read.parquet(str(tmp_path / "count")).collect()}
+    assert counts == {k: s["count"] for k, s in held.items()}
+
+    # a bootstrap from that table, re-keyed to 32 key groups, reads back the same values
+    result = cli.invoke(app, ["state", "bootstrap", str(tmp_path / "count"), str(tmp_path / "boot"), "--uid", "tally",
+                              "--state", "count", "--key", "key", "--value", "value", "--workdir", str(tmp_path / ".ks")])
+    assert result.exit_code == 0, result.output
+    result = cli.invoke(app, ["state", "rekey", str(tmp_path / "boot"), "--max-parallelism", "32", str(tmp_path / "r32"),
+                              "--workdir", str(tmp_path / ".ks")])
+    assert result.exit_code == 0, result.output
+    reader = SavepointReader.read(spark, str(tmp_path / "r32"))
+    assert reader.max_parallelism == 32
+    assert {r.key: decode(r.value) for r in reader.read_keyed_state("tally", state="count").collect()} == counts
+
+    # bad input: a short message naming what is wrong, the trace in the log file
+    result = cli.invoke(app, ["state", "dump", path, "--uid", "nope", "--format", "jsonl", str(tmp_path / "x"),
+                              "--workdir", str(tmp_path / ".ks")])
+    assert result.exit_code == 1 and "'nope'" in result.output and "Traceback" not in result.output
+    assert "Traceback" in (tmp_path / ".ks" / "logs" / "state.log").read_text()

@@ -69,7 +69,11 @@ def row_schema(kind: str, key_type=None, value_type=None, map_key_type=None) -> 
 def _column(values: list, type_):
     if type_ is None or pa.types.is_binary(type_):
         return pa.array([None if v is None else serde.dumps(v) for v in values], pa.binary())
-    return pa.array(values, type_)
+    try:
+        return pa.array(values, type_)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise TypeError(f"a state value does not fit the column type {type_}: {exc}. Read it as pickled binary "
+                        "(key_type/value_type=\"binary\") and decode it with keyspan.state_processor.decode") from None
 
 
 @dataclasses.dataclass
