@@ -32,6 +32,13 @@ from keyspan.state_processor import (
 
 from savepoint_helpers import BackgroundJob, use_options, wait_for_checkpoints
 
+
+@pytest.fixture(autouse=True)
+def savepoint_key(monkeypatch):
+    """Jobs here run in a per-test workdir, the State Processor API in the process's: one configured key
+    makes both sign and verify alike, as one keyspan installation does."""
+    monkeypatch.setenv("KEYSPAN_SAVEPOINT_KEY", "state-processor-tests")
+
 from keyspan.datastream import AggregateFunction
 
 FAR = 4_000_000_000_000  # a processing-time timer that never fires during the test
@@ -366,6 +373,13 @@ def test_rekey_to_a_larger_max_parallelism_and_restore_above_the_old_max(spark, 
             env.execute("small-again")
         with pytest.raises(Exception, match="corrupt"):
             SavepointReader.read(spark, rekeyed)
+        # so is one whose metadata was edited (a signature over it), before any state is read
+        meta = Path(rekeyed.removeprefix("file://"), "_metadata.json")
+        edited = json.loads(meta.read_text())
+        edited["max_parallelism"] = 16
+        meta.write_text(json.dumps(edited))
+        with pytest.raises(Exception, match="signature"):
+            SavepointReader.read(spark, rekeyed, verify=False)
     finally:
         run_options.install(run_options.RunOptions())
 

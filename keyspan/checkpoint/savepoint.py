@@ -155,11 +155,13 @@ def write_operator_state_file(target_uri: str, uid: str, name: str, payload: byt
 
 def write_derived_savepoint(target_uri: str, *, state: dict[str, list[dict]], operators: list[dict],
                             max_parallelism: int, parallelism: int, base: dict | None, operations: list[str],
-                            job_id: str | None = None, job_name: str | None = None) -> str:
+                            job_id: str | None = None, job_name: str | None = None,
+                            key: bytes | None = None) -> str:
     """The metadata of a savepoint made offline from ``base`` (a loaded savepoint, or None for a new
     one). Handles with a relative path were written into ``target_uri`` already; those with an
     absolute URL (the base's files) are copied in, so the result is self-contained. The metadata is
-    written last, as in ``write_savepoint``; ``operations`` says what was done, for the version tree."""
+    written last (signed with ``key``), as in ``write_savepoint``; ``operations`` says what was done,
+    for the version tree."""
     target = Storage(target_uri)
     placed: dict[str, list[dict]] = {}
     for uid, handles in state.items():
@@ -192,5 +194,5 @@ def write_derived_savepoint(target_uri: str, *, state: dict[str, list[dict]], op
     if base.get("job_file"):
         Storage(base["uri"]).copy_file(base["job_file"], target, "job.py")
         metadata["job_file"] = "job.py"
-    target.write(METADATA, json.dumps(metadata, indent=1, sort_keys=True).encode())
+    _write_metadata(target, metadata, key)
     return target.uri

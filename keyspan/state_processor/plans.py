@@ -8,9 +8,11 @@ import math
 
 import pyarrow as pa
 
+from keyspan.checkpoint import integrity
 from keyspan.checkpoint import savepoint as savepoint_format
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.handles import is_keyed
+from keyspan.common.settings import load as load_settings
 from keyspan.common.typeinfo import TypeInformation, Types
 from keyspan.io.storage import Storage
 from keyspan.state.api import TIMER_STATE
@@ -19,9 +21,16 @@ from keyspan.state_processor import tasks as T
 BYTES_PER_TASK = 32 << 20  # a read task's share of the state files by default
 
 
+def signing_key() -> bytes:
+    """The key this keyspan signs and verifies savepoint metadata with (``KEYSPAN_SAVEPOINT_KEY``, or the
+    workdir's ``savepoint.key``): the same a job restored here checks."""
+    return integrity.signing_key(load_settings().workdir)
+
+
 def load(path: str, verify: bool = True) -> dict:
-    """A savepoint's metadata; with ``verify`` every file's checksum is checked first (as on restore)."""
-    return savepoint_format.load_savepoint(path, verify=verify)
+    """A savepoint's metadata, its signature checked before anything in it is read; with ``verify``
+    every file's checksum is checked too (as on restore)."""
+    return savepoint_format.load_savepoint(path, verify=verify, key=signing_key())
 
 
 # Spark type names accepted as options (the data source plans without a Spark session at hand)

@@ -253,7 +253,7 @@ class SavepointWriter:
                                                                                              self.max_parallelism))
         uri = savepoint_format.write_derived_savepoint(
             target.uri, state=state, operators=list(operators.values()), max_parallelism=self.max_parallelism,
-            parallelism=parallelism, base=base, operations=self._operations)
+            parallelism=parallelism, base=base, operations=self._operations, key=plans.signing_key())
         self._record(uri, epoch, parallelism, metadata_url)
         return uri
 
