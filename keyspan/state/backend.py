@@ -25,6 +25,12 @@ class StateBackendSpec(ABC):
     def create_keyed_backend(self, operator: str, key_groups: range, local_dir: str | None = None): ...
 
 
+def user_functions(descriptor) -> dict:
+    """The reduce/aggregate function a state kind needs, as keyword arguments of its cell."""
+    return {"reduce_function": getattr(descriptor, "reduce_function", None),
+            "agg_function": getattr(descriptor, "agg_function", None)}
+
+
 def _get_current_key(self):
     return self.__dict__["current_key"]
 

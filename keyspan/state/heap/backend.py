@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from keyspan.state.api import StateDescriptor
-from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
+from keyspan.state.backend import KeyedStateBackend, StateBackendSpec, user_functions
 from keyspan.state.heap.states import NAMESPACED, PLAIN, TTL
 from keyspan.state.heap.table import IncrementalCleanup, StateTable
 from keyspan.state.ttl import TtlPolicy, needs_stamp, needs_unstamp, stamp, unstamp
@@ -31,8 +31,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table.namespaced = descriptor.namespaced
         if table.restored:
             self._convert_restored(table)
-        functions = {"reduce_function": getattr(descriptor, "reduce_function", None),
-                     "agg_function": getattr(descriptor, "agg_function", None)}
+        functions = user_functions(descriptor)
         if descriptor.namespaced:
             return NAMESPACED[kind](self, table, **functions)
         if policy is None:

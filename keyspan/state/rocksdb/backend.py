@@ -12,7 +12,7 @@ import weakref
 
 from keyspan.io import serde
 from keyspan.state.api import StateDescriptor
-from keyspan.state.backend import KeyedStateBackend, StateBackendSpec
+from keyspan.state.backend import KeyedStateBackend, StateBackendSpec, user_functions
 from keyspan.state.rocksdb.layout import (
     _I64,
     _NO_KEY,
@@ -144,8 +144,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         meta.kind = kind
         meta.ttl = policy
         meta.restored_ttl = meta.restored_plain = False
-        functions = {"reduce_function": getattr(descriptor, "reduce_function", None),
-                     "agg_function": getattr(descriptor, "agg_function", None)}
+        functions = user_functions(descriptor)
         if descriptor.namespaced:
             return NAMESPACED[kind](self, meta, **functions)
         if policy is None:
