@@ -67,7 +67,7 @@ def start_broker(work: str) -> tuple[str, subprocess.Popen]:
     binary = shutil.which("noida-db") or os.path.join(os.path.dirname(sys.executable), "noida-db")
     proc = subprocess.Popen([binary, "start", "--data-dir", os.path.join(work, "broker"), "--host", "127.0.0.1",
                              "--only", "kafka", "--kafka-port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # the broker is the launcher's child
     for _ in range(200):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -254,7 +254,7 @@ def main():
                   f"p99 {q[98]:,.0f} ms  ({len(lat):,} events)")
     finally:
         if broker is not None:
-            os.kill(broker.pid, signal.SIGTERM)
+            os.killpg(broker.pid, signal.SIGTERM)
             broker.wait(10)
         shutil.rmtree(work, ignore_errors=True)
 

@@ -136,8 +136,10 @@ def kafka_broker(tmp_path_factory):
         port = s.getsockname()[1]
     data = tmp_path_factory.mktemp("kafka")
     log = open(data / "broker.log", "w")
+    # its own process group: the noida-db command is a launcher whose broker runs as a child process
     proc = subprocess.Popen([binary, "start", "--data-dir", str(data / "data"), "--host", "127.0.0.1",
-                             "--only", "kafka", "--kafka-port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+                             "--only", "kafka", "--kafka-port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     deadline = time.time() + 20
     while True:
         try:
@@ -145,14 +147,14 @@ def kafka_broker(tmp_path_factory):
             break
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 pytest.skip(f"noida-db did not start: {(data / 'broker.log').read_text()[-500:]}")
             time.sleep(0.05)
     yield f"127.0.0.1:{port}"
-    os.kill(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     log.close()

@@ -107,10 +107,10 @@ def _producer(config: dict):
     return p
 
 
-def _produce(producer, topic, key, value, on_delivery=None, headers=None):
+def _produce(producer, topic, key, value, on_delivery=None):
     while True:
         try:
-            producer.produce(topic, value=value, key=key, on_delivery=on_delivery, headers=headers)
+            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
             return
         except BufferError:  # the local queue is full: let deliveries drain
             producer.poll(0.05)
