@@ -273,7 +273,13 @@ class StreamExecutionEnvironment:
         return DataStream(self, t)
 
     def add_source(self, source_func, source_name: str = "Custom Source", type_info=None) -> DataStream:
-        """PyFlink's legacy entry for source functions such as ``FlinkKafkaConsumer``."""
+        """PyFlink's legacy entry for source functions such as ``FlinkKafkaConsumer``; a Java
+        SourceFunction has no keyspan counterpart."""
+        if not hasattr(source_func, "reader"):
+            raise NotImplementedError(
+                f"not supported by keyspan: add_source({type(source_func).__name__}) takes a Java SourceFunction; "
+                "use env.from_source(...) with a keyspan source (FileSource, KafkaSource, NumberSequenceSource), "
+                "env.from_collection(...) or env.from_spark(spark.readStream...) instead")
         return self.from_source(source_func, None, source_name, type_info)
 
     def from_spark(self, dataframe, source_name: str = "Spark Source", bounded: bool = False) -> DataStream:
@@ -335,11 +341,6 @@ class StreamExecutionEnvironment:
         """Nothing to release: the SparkSession outlives the environment."""
 
     # not supported ----------------------------------------------------------------------
-    def add_source(self, source_func, source_name: str = "Custom Source", type_info=None):
-        raise NotImplementedError(
-            "not supported by keyspan: add_source takes a Java SourceFunction; use env.from_source(...) with a "
-            "keyspan source, env.from_collection(...) or env.from_spark(spark.readStream...) instead")
-
     def create_input(self, input_format, type_info=None):
         raise NotImplementedError(
             "not supported by keyspan: create_input takes a Java InputFormat; use env.from_source(FileSource...) "

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
+from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.sources import KeyspanSource, SourceReader, SourceRecordError, chunk_batch
 
 READ_TIMEOUT_S = 60.0  # a partition range the broker does not deliver within this time fails the task
@@ -99,9 +100,11 @@ class KafkaRecordDeserializationSchema:
 class _ValueOnly(KafkaRecordDeserializationSchema):
     def __init__(self, schema):
         self.schema = schema
+        # a keyspan schema's parse raises on a bad message, so the source's error policy decides
+        self.read = getattr(schema, "parse", schema.deserialize)
 
     def deserialize(self, record: KafkaRecord):
-        return self.schema.deserialize(record.value)
+        return self.read(record.value)
 
 
 def _key(topic: str, partition: int) -> str:
@@ -135,10 +138,11 @@ class KafkaReader(SourceReader):
 
     unit = "records"
 
-    def __init__(self, source: "KafkaSource", stop: dict | None):
+    def __init__(self, source: "KafkaSource", stop: dict | None, poison):
         self.source = source
         self.stop = stop  # {"topic:partition": offset} where a bounded source ends
         self.bounded = source.bounded
+        self.poison = poison  # the source's PoisonHandler: fail, skip or dead-letter a malformed record
 
     # -- the broker --------------------------------------------------------------------------------
     def _config(self, **extra) -> dict:
@@ -328,9 +332,11 @@ class KafkaReader(SourceReader):
                         self._done(consumer, todo, tp)
                         continue
                     next_offset[tp] = offset + 1
-                    records.append(self._deserialize(deserialize, m))
-                    kind, ts = m.timestamp()
-                    stamps.append(ts if kind != 0 else None)
+                    record = self._deserialize(deserialize, m)
+                    if record is not None:  # None: the schema itself ignores the message
+                        records.append(record)
+                        kind, ts = m.timestamp()
+                        stamps.append(ts if kind != 0 else None)
                     if offset >= hi - 1:
                         self._done(consumer, todo, tp)
                 # transaction markers occupy offsets without records: the position tells where we are
@@ -356,22 +362,17 @@ class KafkaReader(SourceReader):
             consumer.incremental_unassign([TopicPartition(*tp)])
 
     def _deserialize(self, deserialize, m):
-        """The one place a malformed record surfaces: an error naming topic, partition and offset
-        (where a dead-letter output can take the record instead)."""
+        """The one place a malformed record surfaces: the source's error policy fails the job naming
+        topic, partition and offset, skips the record, or sends it to the dead-letter output."""
         try:
             if isinstance(self.source.deserializer, _ValueOnly):
                 return deserialize(KafkaRecord(m.topic(), m.partition(), m.offset(), None, None, m.value(), ()))
             kind, ts = m.timestamp()
             return deserialize(KafkaRecord(m.topic(), m.partition(), m.offset(), ts if kind != 0 else None,
                                            m.key(), m.value(), tuple(m.headers() or ())))
-        except Exception as exc:
-            value = m.value()
-            preview = repr(value[:80]) + ("…" if value is not None and len(value) > 80 else "")
-            raise SourceRecordError(
-                f"kafka source '{self.source.name}': cannot deserialize the record at topic {m.topic()} partition "
-                f"{m.partition()} offset {m.offset()} ({type(exc).__name__}: {exc}); value {preview}. Fix the "
-                "producer or the deserializer, or restart from a later offset with KafkaOffsetsInitializer.offsets"
-            ) from exc
+        except Exception as exc:  # noqa: BLE001 — any deserializer failure is the record's
+            return self.poison(m.value() or b"", f"topic {m.topic()} partition {m.partition()} offset {m.offset()}",
+                               f"{type(exc).__name__}: {exc}")
 
 
 def require_client() -> None:
@@ -403,6 +404,8 @@ class KafkaSource(KeyspanSource):
         self.stopping_offsets = b._stopping
         self.bounded = b._bounded
         self.deserializer = b._deserializer
+        ignores = getattr(getattr(b._deserializer, "schema", None), "ignore_parse_errors", False)
+        self.error_policy = b._error_policy or (ErrorPolicy.skip() if ignores else ErrorPolicy.fail())
         self.properties = dict(b._properties)
         self.commit_offsets_on_checkpoint = str(
             self.properties.get("commit.offsets.on.checkpoint", "true")).lower() == "true"
@@ -416,7 +419,7 @@ class KafkaSource(KeyspanSource):
         return f"kafka:{what}"
 
     def reader(self, storage, uid):
-        reader = KafkaReader(self, None)
+        reader = KafkaReader(self, None, self.error_policy.handler(f"{self.name} ({uid})"))
         if self.stopping_offsets is not None:
             keys = reader._partitions()
             reader.stop = reader.resolve(self.stopping_offsets, keys)
@@ -434,6 +437,7 @@ class KafkaSourceBuilder:
         self._stopping = None
         self._bounded = False
         self._deserializer = None
+        self._error_policy = None
         self._properties: dict = {}
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> "KafkaSourceBuilder":
@@ -474,6 +478,14 @@ class KafkaSourceBuilder:
 
     def set_value_only_deserializer(self, deserialization_schema) -> "KafkaSourceBuilder":
         self._deserializer = _ValueOnly(deserialization_schema)
+        return self
+
+    def set_error_policy(self, error_policy: ErrorPolicy) -> "KafkaSourceBuilder":
+        """keyspan: what a record the deserializer cannot read does: ``ErrorPolicy.fail()`` (the default;
+        ``skip()`` when the value schema ignores parse errors), ``skip()`` or ``dead_letter(tag)``."""
+        if not isinstance(error_policy, ErrorPolicy):
+            raise TypeError(f"set_error_policy needs an ErrorPolicy, got {error_policy!r}")
+        self._error_policy = error_policy
         return self
 
     def set_deserializer(self, record_deserializer: KafkaRecordDeserializationSchema) -> "KafkaSourceBuilder":
