@@ -200,6 +200,37 @@ def test_malformed_record_fails_with_topic_partition_and_offset(env, kafka_broke
     assert len(text) < 700 and "Traceback" not in text
 
 
+def test_malformed_records_go_to_the_dead_letter_output_and_the_job_goes_on(env, kafka_broker):
+    from keyspan.common import Types
+    from keyspan.connectors.dead_letter import ErrorPolicy
+    from keyspan.datastream import OutputTag
+    from keyspan.datastream.formats.json import JsonRowDeserializationSchema
+
+    topic = new_topic(kafka_broker, 2)
+    produce(kafka_broker, topic, [(None, json.dumps({"user": u, "amount": a}))
+                                  for u, a in [("ann", 1), ("bob", 2), ("ann", 10)]], partition_of=lambda i: 0)
+    produce(kafka_broker, topic, [(None, '{"user": "cy", "amo'), (None, json.dumps({"user": "cy", "amount": 5}))],
+            partition_of=lambda i: 1)
+    schema = JsonRowDeserializationSchema.builder().type_info(
+        Types.ROW_NAMED(["user", "amount"], [Types.STRING(), Types.INT()])).build()
+    bad = OutputTag("bad-records")
+    src = (KafkaSource.builder().set_bootstrap_servers(kafka_broker).set_topics(topic)
+           .set_value_only_deserializer(schema).set_error_policy(ErrorPolicy.dead_letter(bad))
+           .set_bounded(KafkaOffsetsInitializer.latest()).build())
+    ds = env.from_source(src, None, "payments")
+    sums = ds.map(lambda r: (r.user, r.amount)).key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+    dead = ds.get_side_output(bad).map(lambda d: ("dead", d.origin, d.reason, d.raw))
+    results = list(sums.union(dead).execute_and_collect("kafka-dead-letters", limit=1000))
+    finals = {}
+    for r in results:
+        if r[0] != "dead":
+            finals[r[0]] = max(finals.get(r[0], 0), r[1])
+    assert finals == {"ann": 11, "bob": 2, "cy": 5}
+    assert [r[1:] for r in results if r[0] == "dead"] == [
+        (f"topic {topic} partition 1 offset 0", next(r[2] for r in results if r[0] == "dead"), b'{"user": "cy", "amo')]
+    assert "malformed JSON" in next(r[2] for r in results if r[0] == "dead")
+
+
 def test_legacy_consumer_and_producer_at_least_once(env, kafka_broker):
     src, dst = new_topic(kafka_broker, 2), new_topic(kafka_broker, 1)
     produce(kafka_broker, src, [(None, f"w{i}") for i in range(40)], partition_of=lambda i: i % 2)
