@@ -18,6 +18,7 @@ import posixpath
 import sys
 from enum import Enum
 
+from keyspan.connectors.kafka.source import CLIENT_LOG
 from keyspan.io import serde
 
 STAGING = "kafka-staging"
@@ -151,6 +152,7 @@ class KafkaSink:
     def _config(self, **extra) -> dict:
         config = dict(self.properties)
         config["bootstrap.servers"] = self.bootstrap_servers
+        config["logger"] = CLIENT_LOG
         config.update(extra)
         return config
 
@@ -188,7 +190,7 @@ class KafkaSink:
                                             "enable.idempotence": True}))
         producer.init_transactions(30)  # fences a killed driver's producer and aborts its open transaction
         group = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.marker_group,
-                          "enable.auto.commit": False})
+                          "enable.auto.commit": False, "logger": CLIENT_LOG})
         incarnation = self._incarnation()
         mark = group.committed([TopicPartition(self.marker_topic, 0)], timeout=30)[0]
         published = mark.offset - 1 if mark.offset >= 0 and mark.metadata == incarnation else -1

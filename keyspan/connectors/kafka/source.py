@@ -11,6 +11,7 @@ that monitoring tools see the progress; recovery never reads them.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import time
@@ -116,6 +117,9 @@ def _split_key(key: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
+CLIENT_LOG = logging.getLogger("keyspan.kafka")  # librdkafka's own messages (e.g. a broker unreachable)
+
+
 class _Client:
     """confluent-kafka clients of one process, made once (a consumer per config, never fetching unless
     a task assigned it partitions)."""
@@ -150,7 +154,7 @@ class KafkaReader(SourceReader):
         config = {k: v for k, v in s.properties.items() if k not in ("partition.discovery.interval.ms",
                                                                     "commit.offsets.on.checkpoint")}
         config.update({"bootstrap.servers": s.bootstrap_servers, "enable.auto.commit": False,
-                       "group.id": s.group_id or "keyspan-reader"})
+                       "group.id": s.group_id or "keyspan-reader", "logger": CLIENT_LOG})
         config.update(extra)
         return config
 
