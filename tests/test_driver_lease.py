@@ -28,8 +28,16 @@ def _row(epoch: int) -> dict:
                 manifest={}, tokens={}, sinks={}, operators=[], bytes_written=0, records=0)
 
 
-def test_stale_lease_holder_can_never_commit_again(tmp_path):
-    store = MetadataStore("sqlite:///" + str(tmp_path / "m.db"))
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """The metadata store on SQLite (a file) and on a real PostgreSQL server (conftest's postgres_url)."""
+    if request.param == "sqlite":
+        return "sqlite:///" + str(tmp_path / "m.db")
+    return request.getfixturevalue("postgres_url")
+
+
+def test_stale_lease_holder_can_never_commit_again(store_url):
+    store = MetadataStore(store_url)
     first = store.claim_lease("j", "host-a", 111, duration=0.5)
     store.commit_checkpoint(fence=first, **_row(0))
     with pytest.raises(LeaseHeld, match=r"pid 111 on host host-a holds it since"):
@@ -46,23 +54,28 @@ def test_stale_lease_holder_can_never_commit_again(tmp_path):
     assert store.latest_checkpoint("j")["epoch"] == 1
 
 
-def test_schema_version_is_recorded(tmp_path):
-    store = MetadataStore("sqlite:///" + str(tmp_path / "m.db"))
+def test_schema_version_is_recorded(store_url):
+    store = MetadataStore(store_url)
     with store.engine.connect() as c:
         assert c.execute(select(md.schema_version.c.version)).scalar() == md.SCHEMA_VERSION
 
 
-def _run(workdir: Path, output: Path):
+def _run(workdir: Path, output: Path, metadata_url: str | None = None):
+    """A driver; with ``metadata_url`` (a shared store) also shared checkpoint storage and savepoint key,
+    as drivers on several hosts have."""
     env = dict(os.environ, COUNTING_JOB_OUTPUT=str(output), COUNTING_JOB_RECORDS="1600", COUNTING_JOB_PER_EPOCH="100",
                KEYSPAN_LEASE_SECONDS="6")
     cmd = [sys.executable, "-m", "keyspan", "run", str(JOB), "--workdir", str(workdir), "--no-progress"]
+    if metadata_url:
+        cmd += ["--metadata-url", metadata_url, "--checkpoint-dir", f"file://{output.parent / 'shared-checkpoints'}"]
+        env["KEYSPAN_SAVEPOINT_KEY"] = "shared-by-every-host"
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
 
-def _committed(workdir: Path) -> int:
+def _committed(workdir: Path, metadata_url: str | None = None) -> int:
     try:
-        latest = MetadataStore("sqlite:///" + str(workdir / "keyspan.db")).latest_checkpoint("counting")
+        latest = MetadataStore(metadata_url or "sqlite:///" + str(workdir / "keyspan.db")).latest_checkpoint("counting")
     except Exception:  # noqa: BLE001 — the store may not exist yet
         return -1
     return -1 if latest is None else latest["epoch"]
@@ -83,21 +96,25 @@ def _expected() -> Counter:
     return lines
 
 
-def test_second_driver_is_refused_and_takes_over_after_sigkill(tmp_path):
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_second_driver_is_refused_and_takes_over_after_sigkill(tmp_path, request, store):
+    """On PostgreSQL the second and third drivers run from another workdir: another host sharing the store."""
     workdir, output = tmp_path / "work", tmp_path / "out"
-    first = _run(workdir, output)
+    url = request.getfixturevalue("postgres_url") if store == "postgresql" else None
+    other = tmp_path / "other-host" if url else workdir
+    first = _run(workdir, output, url)
     deadline = time.time() + 240
-    while _committed(workdir) < 1 and first.poll() is None and time.time() < deadline:
+    while _committed(workdir, url) < 1 and first.poll() is None and time.time() < deadline:
         time.sleep(0.3)
     assert first.poll() is None, first.communicate()[1][-2000:]
-    second = _run(workdir, output)
+    second = _run(other, output, url)
     _, err = second.communicate(timeout=240)
     assert second.returncode != 0
     assert f"pid {first.pid} on host {socket.gethostname()}" in err and "already running" in err, err[-2000:]
     assert len(err.strip().splitlines()) <= 6, err  # a few readable lines, no trace
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
-    third = _run(workdir, output)
+    third = _run(other, output, url)
     _, err = third.communicate(timeout=400)
     assert third.returncode == 0, err[-3000:]
     got = Counter(line for p in output.iterdir() if p.is_file() for line in p.read_text().splitlines())
