@@ -64,3 +64,29 @@ class Time(Duration):
     @staticmethod
     def days(days: int) -> "Time":
         return Time(days * 86_400_000)
+
+
+class Instant:
+    """A point on the time line (PyFlink's ``Instant``, Java's ``java.time.Instant``): whole seconds
+    since the epoch plus nanoseconds in [0, 10⁹)."""
+
+    def __init__(self, seconds: int, nanos: int):
+        self.seconds = seconds
+        self.nanos = nanos
+
+    def to_epoch_milli(self) -> int:
+        return self.seconds * 1000 + self.nanos // 1_000_000
+
+    @staticmethod
+    def of_epoch_milli(epoch_milli: int) -> "Instant":
+        seconds, millis = divmod(epoch_milli, 1000)
+        return Instant(seconds, millis * 1_000_000)
+
+    def __eq__(self, other):
+        return isinstance(other, Instant) and (self.seconds, self.nanos) == (other.seconds, other.nanos)
+
+    def __hash__(self):
+        return hash((self.seconds, self.nanos))
+
+    def __repr__(self):
+        return f"Instant<{self.seconds}, {self.nanos}>"

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Any, Collection, Generic, Iterable, TypeVar
 
+from keyspan.common.time import Time  # noqa: F401 — PyFlink exports it from this module too
 from keyspan.datastream.functions import ReduceFunction, RuntimeContext
 from keyspan.state.api import ReducingState, ReducingStateDescriptor, State, StateDescriptor, ValueStateDescriptor
 
