@@ -31,6 +31,7 @@ from keyspan.checkpoint.metadata import MetadataStore, default_url  # noqa: E402
 from spark_cluster import free_port  # noqa: E402
 
 JOBS = Path(__file__).parent / "jobs"
+pytestmark = pytest.mark.timeout(1500)  # driver JVMs start slowly on a loaded 2-core machine
 KEY, SECRET, REGION, BUCKET = "testing", "testing", "us-east-1", "keyspan-cluster"
 
 
@@ -183,7 +184,8 @@ def test_detached_run_and_rescale_on_the_cluster(spark_cluster, s3, tmp_path):
         _put_lines(client, prefix, "001.txt", second)
         _wait("second file processed", lambda: _output(client, prefix) == _expected(first + second))
         # the restarted driver kept --master and --conf: its application runs on the cluster
-        assert any(a["name"] == "keyspan" for a in spark_cluster.state()["activeapps"])
+        apps = spark_cluster.state()["activeapps"]
+        assert [a["name"] for a in apps] == ["keyspan"] and apps[0]["cores"] >= 1, apps
     finally:
         _keyspan("stop", "cluster-count", "--workdir", workdir, env=env)
     assert _output(client, prefix) == _expected(first + second)

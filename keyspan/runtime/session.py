@@ -60,6 +60,7 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
         launch = SparkConf(loadDefaults=False)  # settings the driver JVM needs when it starts
         launch.setAll(conf.items())
         launch.setIfMissing("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
+        launch.setIfMissing("spark.app.name", "keyspan")
         SparkContext._ensure_initialized(conf=launch)
     else:
         SparkContext._ensure_initialized()  # connect to spark-submit's JVM: its settings become visible
