@@ -69,9 +69,12 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
     if not spark_conf.contains("spark.master"):
         spark_conf.setMaster(master or f"local[{cores}]")
     resolved = spark_conf.get("spark.master")
-    if not spark_conf.contains("spark.pyspark.python") and "PYSPARK_PYTHON" not in os.environ:
-        # workers must run the driver's interpreter (same packages); on a cluster, set it or ship a venv
-        spark_conf.set("spark.pyspark.python", sys.executable)
+    # workers must run the driver's interpreter (same packages) unless told otherwise (a shipped venv);
+    # PySpark takes the workers' interpreter from PYSPARK_PYTHON, so a given setting goes there
+    if spark_conf.contains("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = spark_conf.get("spark.pyspark.python")
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     defaults = {
         "spark.app.name": "keyspan",
         "spark.ui.enabled": "true",
