@@ -78,7 +78,7 @@ def test_two_drivers_share_one_postgres_store(workdir, postgres_url, monkeypatch
     # host A runs the job at parallelism 2 and stops it with a savepoint halfway
     run_options.install(_host(workdir, "host-a", postgres_url))
     job = BackgroundJob(_env(2, out), "shared-job")
-    wait_for_checkpoints("shared-job", 3, job=job)
+    wait_for_checkpoints("shared-job", 3, timeout=400, job=job)
     savepoint = stop_with_savepoint("shared-job")
     job.join()
 

@@ -61,6 +61,7 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
         launch = SparkConf(loadDefaults=False)  # settings the driver JVM needs when it starts
         launch.setAll(conf.items())
         launch.setIfMissing("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
+        launch.setIfMissing("spark.app.name", "keyspan")
         SparkContext._ensure_initialized(conf=launch)
     else:
         SparkContext._ensure_initialized()  # connect to spark-submit's JVM: its settings become visible
@@ -69,9 +70,14 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
     if not spark_conf.contains("spark.master"):
         spark_conf.setMaster(master or f"local[{cores}]")
     resolved = spark_conf.get("spark.master")
-    if not spark_conf.contains("spark.pyspark.python") and "PYSPARK_PYTHON" not in os.environ:
-        # workers must run the driver's interpreter (same packages); on a cluster, set it or ship a venv
-        spark_conf.set("spark.pyspark.python", getattr(dependencies, "python_executable", None) or sys.executable)
+    # workers must run the driver's interpreter (same packages) unless told otherwise (a shipped venv,
+    # env.set_python_executable); PySpark takes the workers' interpreter from PYSPARK_PYTHON
+    if not spark_conf.contains("spark.pyspark.python") and getattr(dependencies, "python_executable", None):
+        spark_conf.set("spark.pyspark.python", dependencies.python_executable)
+    if spark_conf.contains("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = spark_conf.get("spark.pyspark.python")
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if dependencies is not None and dependencies.jars and not spark_conf.contains("spark.jars"):
         spark_conf.set("spark.jars", ",".join(dependencies.jars))
     defaults = {
