@@ -12,6 +12,7 @@ import threading
 import time
 
 from sqlalchemy import (
+    BigInteger,
     JSON,
     Boolean,
     Column,
@@ -90,8 +91,8 @@ checkpoints = Table(
     Column("tokens", JSON, nullable=False),
     Column("sinks", JSON, nullable=False),
     Column("operators", JSON, nullable=False),
-    Column("bytes_written", Integer, nullable=False),
-    Column("records", Integer, nullable=False),
+    Column("bytes_written", BigInteger, nullable=False),
+    Column("records", BigInteger, nullable=False),
     Column("published", Boolean, nullable=False, default=False),
     Column("discarded", Boolean, nullable=False, default=False),
     Column("restored_from", Text),
@@ -132,12 +133,29 @@ def _add_column(table: str, column: str, sql_type: str):
     return step
 
 
+def _widen_to_bigint(columns: list[tuple[str, str]]):
+    """A migration step: byte and record counts past 2³¹ (PostgreSQL's INTEGER is 32-bit; SQLite's
+    integers are 64-bit already)."""
+    def step(conn) -> None:
+        from sqlalchemy import inspect, text
+
+        if conn.dialect.name != "postgresql":
+            return
+        inspector = inspect(conn)
+        for table, column in columns:
+            if inspector.has_table(table):
+                conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE BIGINT"))
+    return step
+
+
 # version → the step that brings a store of the version before it up to it; new tables come from
 # create_all, so steps only alter what existed
 MIGRATIONS = {
     1: _add_column("checkpoints", "event_time", "JSON"),
     2: _add_column("checkpoints", "sources", "JSON"),
     3: _add_column("savepoints", "operations", "TEXT"),
+    4: _widen_to_bigint([("checkpoints", "bytes_written"), ("checkpoints", "records"),
+                         ("checkpoint_stats", "bytes_written"), ("checkpoint_stats", "full_size")]),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, delete, insert, select
+from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, delete, insert, select
 
 _tables = MetaData()
 
@@ -20,8 +20,8 @@ checkpoint_stats = Table(
     Column("started_at", Float, nullable=False),
     Column("ended_at", Float, nullable=False),
     Column("duration_ms", Float, nullable=False),
-    Column("bytes_written", Integer, nullable=False),
-    Column("full_size", Integer, nullable=False),
+    Column("bytes_written", BigInteger, nullable=False),
+    Column("full_size", BigInteger, nullable=False),
 )
 
 checkpoint_failures = Table(
