@@ -331,6 +331,36 @@ class _CsvDialect:
         self.line_delimiter = "\n"
 
 
+class _CsvDialectBuilder:
+    """The dialect setters PyFlink's two CSV row schema builders share."""
+
+    def __init__(self, type_info, schema_name: str):
+        if type_info is None:
+            raise TypeError("Type information must not be None")
+        self._type_info = _row_type(type_info, schema_name)
+        self._dialect = _CsvDialect()
+
+    def set_field_delimiter(self, delimiter: str):
+        self._dialect.field_delimiter = delimiter
+        return self
+
+    def set_array_element_delimiter(self, delimiter: str):
+        self._dialect.array_element_delimiter = delimiter
+        return self
+
+    def set_quote_character(self, c: str):
+        self._dialect.quote_character = c
+        return self
+
+    def set_escape_character(self, c: str):
+        self._dialect.escape_character = c
+        return self
+
+    def set_null_literal(self, null_literal: str):
+        self._dialect.null_literal = null_literal
+        return self
+
+
 class CsvRowDeserializationSchema(DeserializationSchema):
     """One CSV line per message → a ``Row``: exactly as many fields as the row type has (another
     count is a parse error), empty fields (or the null literal) of non-string types are None."""
@@ -370,36 +400,13 @@ class CsvRowDeserializationSchema(DeserializationSchema):
                     for e in text.split(d.array_element_delimiter)] if text else []
         return _from_text(text, t, name)
 
-    class Builder:
+    class Builder(_CsvDialectBuilder):
         def __init__(self, type_info):
-            if type_info is None:
-                raise TypeError("Type information must not be None")
-            self._type_info = _row_type(type_info, "CsvRowDeserializationSchema")
-            self._dialect = _CsvDialect()
+            super().__init__(type_info, "CsvRowDeserializationSchema")
             self._ignore_parse_errors = False
-
-        def set_field_delimiter(self, delimiter: str):
-            self._dialect.field_delimiter = delimiter
-            return self
 
         def set_allow_comments(self, allow_comments: bool):
             self._dialect.allow_comments = allow_comments
-            return self
-
-        def set_array_element_delimiter(self, delimiter: str):
-            self._dialect.array_element_delimiter = delimiter
-            return self
-
-        def set_quote_character(self, c: str):
-            self._dialect.quote_character = c
-            return self
-
-        def set_escape_character(self, c: str):
-            self._dialect.escape_character = c
-            return self
-
-        def set_null_literal(self, null_literal: str):
-            self._dialect.null_literal = null_literal
             return self
 
         def set_ignore_parse_errors(self, ignore_parse_errors: bool):
@@ -436,39 +443,16 @@ class CsvRowSerializationSchema(SerializationSchema):
             return "true" if value else "false"
         return str(value) if isinstance(value, decimal.Decimal) else str(_scalar(value))
 
-    class Builder:
+    class Builder(_CsvDialectBuilder):
         def __init__(self, type_info):
-            if type_info is None:
-                raise TypeError("Type information must not be None")
-            self._type_info = _row_type(type_info, "CsvRowSerializationSchema")
-            self._dialect = _CsvDialect()
-
-        def set_field_delimiter(self, c: str):
-            self._dialect.field_delimiter = c
-            return self
+            super().__init__(type_info, "CsvRowSerializationSchema")
 
         def set_line_delimiter(self, delimiter: str):
             self._dialect.line_delimiter = delimiter
             return self
 
-        def set_array_element_delimiter(self, delimiter: str):
-            self._dialect.array_element_delimiter = delimiter
-            return self
-
         def disable_quote_character(self):
             self._dialect.quote_character = None
-            return self
-
-        def set_quote_character(self, c: str):
-            self._dialect.quote_character = c
-            return self
-
-        def set_escape_character(self, c: str):
-            self._dialect.escape_character = c
-            return self
-
-        def set_null_literal(self, s: str):
-            self._dialect.null_literal = s
             return self
 
         def build(self) -> "CsvRowSerializationSchema":

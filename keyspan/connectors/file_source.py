@@ -19,7 +19,7 @@ from keyspan.io.storage import Storage
 from keyspan.common.types import Row
 from keyspan.common.serialization import ParseError
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch
+from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch, split_range
 
 
 class StreamFormat:
@@ -181,13 +181,7 @@ class FileReader(SourceReader):
     def partitions(self, start, end, parallelism):
         """At most ``parallelism`` tasks, each reading a run of consecutive files: a Spark task per
         file would cost ~60 ms each when many small files arrive at once."""
-        lo, hi = start["files"], end["files"]
-        n = hi - lo
-        if n <= 0:
-            return []
-        parts = min(parallelism, n)
-        bounds = [lo + n * i // parts for i in range(parts + 1)]
-        return [(bounds[i], bounds[i + 1]) for i in range(parts)]
+        return split_range(start["files"], end["files"], parallelism)
 
     def read(self, partition):
         listing = self._listing()

@@ -1,36 +1,16 @@
-"""``NumberSequenceSource(start, end)``: the numbers start..end (both inclusive), bounded; the
-offset is how many numbers were read, so an epoch replays exactly."""
+"""``NumberSequenceSource(start, end)``: the numbers start..end (both inclusive), bounded."""
 
 from __future__ import annotations
 
-from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch
+from keyspan.connectors.sources import IndexedReader, KeyspanSource, chunk_batch
 
 _BATCH = 65536  # numbers per Arrow batch a task yields
 
 
-class NumberSequenceReader(SourceReader):
+class NumberSequenceReader(IndexedReader):
     def __init__(self, start: int, count: int):
+        super().__init__(count)
         self.start = start
-        self.count = count
-
-    def end_offset(self):
-        return {"index": self.count}
-
-    def backlog(self, offset):
-        return self.count - (offset or self.initial_offset())["index"]
-
-    def latest_offset(self, start, max_records):
-        pos = start["index"]
-        return {"index": self.count if max_records is None else min(self.count, pos + max_records)}
-
-    def partitions(self, start, end, parallelism):
-        lo, hi = start["index"], end["index"]
-        n = hi - lo
-        if n <= 0:
-            return []
-        parts = min(parallelism, n)
-        bounds = [lo + n * i // parts for i in range(parts + 1)]
-        return [(bounds[i], bounds[i + 1]) for i in range(parts)]
 
     def read(self, partition):
         lo, hi = partition

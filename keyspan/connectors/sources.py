@@ -101,10 +101,21 @@ class KeyspanSource:
         raise NotImplementedError
 
 
-class CollectionReader(SourceReader):
-    def __init__(self, storage: Storage, path: str, total: int):
-        self.storage = storage
-        self.path = path
+def split_range(lo: int, hi: int, parallelism: int) -> list[tuple[int, int]]:
+    """[lo, hi) in at most ``parallelism`` consecutive runs of near-equal size (no empty run)."""
+    n = hi - lo
+    if n <= 0:
+        return []
+    parts = min(parallelism, n)
+    bounds = [lo + n * i // parts for i in range(parts + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+class IndexedReader(SourceReader):
+    """A bounded input of ``total`` records addressed by position: the offset is how many were read,
+    so an epoch's range replays exactly."""
+
+    def __init__(self, total: int):
         self.total = total
 
     def end_offset(self):
@@ -118,13 +129,14 @@ class CollectionReader(SourceReader):
         return {"index": self.total if max_records is None else min(self.total, pos + max_records)}
 
     def partitions(self, start, end, parallelism):
-        lo, hi = start["index"], end["index"]
-        n = hi - lo
-        if n <= 0:
-            return []
-        parts = min(parallelism, n)
-        bounds = [lo + n * i // parts for i in range(parts + 1)]
-        return [(bounds[i], bounds[i + 1]) for i in range(parts)]
+        return split_range(start["index"], end["index"], parallelism)
+
+
+class CollectionReader(IndexedReader):
+    def __init__(self, storage: Storage, path: str, total: int):
+        super().__init__(total)
+        self.storage = storage
+        self.path = path
 
     def read(self, partition):
         records = _load_cached(self.storage, self.path)
