@@ -12,12 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -38,7 +32,8 @@ from keyspan.datastream import (
 from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor
 
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
-from test_exactly_once import _committed, _output
+from job_processes import crash_seed, run_with_kills, start_job
+from test_exactly_once import _output
 
 JOB = Path(__file__).parent / "jobs" / "connected_job.py"
 _spec = importlib.util.spec_from_file_location("connected_job", JOB)
@@ -222,10 +217,7 @@ def test_connected_keyed_state_survives_savepoint_restored_at_other_parallelisms
 
 
 def _run_connected(workdir: Path, output: Path, extra=()):
-    env = dict(os.environ, CONNECTED_JOB_OUTPUT=str(output))
-    cmd = [sys.executable, "-m", "keyspan", "run", str(JOB), "--workdir", str(workdir), "--no-progress", *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return start_job(JOB, workdir, {"CONNECTED_JOB_OUTPUT": str(output)}, extra)
 
 
 @pytest.mark.timeout(1500)
@@ -237,25 +229,7 @@ def test_sigkill_of_a_connected_job_gives_the_clean_run_output(tmp_path):
     reference = _output(clean_out)
     assert len(reference) >= 6
 
-    seed = int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30)))
-    rng = random.Random(seed)
+    seed = crash_seed()
     work, out = tmp_path / "crashy", tmp_path / "crashy-out"
-    kills = 0
-    for _ in range(8):
-        proc = _run_connected(work, out)
-        if kills < 2:
-            target = _committed(work) + rng.randint(1, 3)
-            deadline = time.time() + 120
-            while proc.poll() is None and _committed(work) < target and time.time() < deadline:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0, 0.5))
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                continue
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"seed {seed}: {err[-3000:]}"
-        break
-    assert kills == 2, f"seed {seed}: the job finished before it could be killed twice"
+    run_with_kills(lambda: _run_connected(work, out), work, 2, seed, jitter_s=0.5, max_runs=8)
     assert _output(out) == reference, f"seed {seed}"

@@ -5,40 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
+from job_processes import committed_epoch, crash_seed, run_with_kills, start_job
 from keyspan.datastream import KeyedProcessFunction
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 JOB = Path(__file__).parent / "jobs" / "counting_job.py"
 
 
-def _run_job(workdir: Path, output: Path, extra=(), timeout=300):
-    env = dict(os.environ, COUNTING_JOB_OUTPUT=str(output))
-    cmd = [sys.executable, "-m", "keyspan", "run", str(JOB), "--workdir", str(workdir), "--no-progress", *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-def _committed(workdir: Path) -> int:
-    db = workdir / "keyspan.db"
-    if not db.exists():
-        return -1
-    try:
-        with sqlite3.connect(db, timeout=5) as c:
-            row = c.execute("select max(epoch) from checkpoints").fetchone()
-            return -1 if row[0] is None else row[0]
-    except sqlite3.Error:
-        return -1
+def _run_job(workdir: Path, output: Path, extra=()):
+    return start_job(JOB, workdir, {"COUNTING_JOB_OUTPUT": str(output)}, extra)
 
 
 def _output(output: Path) -> dict[str, list[str]]:
@@ -56,33 +34,15 @@ def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_pat
     reference = _output(clean_out)
     assert len(reference) >= 8
 
-    seed = int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30)))
-    rng = random.Random(seed)
+    seed = crash_seed()
     work, out = tmp_path / "crashy", tmp_path / "crashy-out"
-    kills = 0
-    resumed_messages = []
-    for attempt in range(12):
-        proc = _run_job(work, out)
-        if kills < 3:
-            target = _committed(work) + rng.randint(1, 3)
-            deadline = time.time() + 120
-            while proc.poll() is None and _committed(work) < target and time.time() < deadline:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0, 0.6))  # land anywhere inside the next epoch
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                # nothing of an uncommitted epoch is visible: every published file is a committed epoch's
-                published = {int(name.split("-")[1]) for name in _output(out)}
-                assert all(e <= _committed(work) for e in published), f"seed {seed}"
-                continue
-        _, err = proc.communicate(timeout=300)
-        resumed_messages.append(err)
-        assert proc.returncode == 0, f"seed {seed}: {err[-3000:]}"
-        break
-    assert kills == 3, f"seed {seed}: the job finished before it could be killed three times"
-    assert "resuming job 'counting' from checkpoint" in resumed_messages[-1]
+
+    def only_committed_epochs_visible():  # every published file is a committed epoch's
+        published = {int(name.split("-")[1]) for name in _output(out)}
+        assert all(e <= committed_epoch(work) for e in published), f"seed {seed}"
+
+    err = run_with_kills(lambda: _run_job(work, out), work, 3, seed, after_kill=only_committed_epochs_visible)
+    assert "resuming job 'counting' from checkpoint" in err
     assert _output(out) == reference, f"seed {seed}"
     counts = Counter()
     seen = {}

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import datetime
 import os
-import random
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from job_processes import committed_epoch, crash_seed, run_with_kills, start_job
 from keyspan.common import Row, Types
 from keyspan.common.serialization import Encoder
 from keyspan.datastream.connectors import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
@@ -141,22 +136,7 @@ BUCKETED_JOB = Path(__file__).parent / "jobs" / "bucketed_sink_job.py"
 
 
 def _run_bucketed(workdir: Path, output: Path, extra=()):
-    env = dict(os.environ, BUCKETED_JOB_OUTPUT=str(output))
-    cmd = [sys.executable, "-m", "keyspan", "run", str(BUCKETED_JOB), "--workdir", str(workdir), "--no-progress", *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-def _committed(workdir: Path) -> int:
-    db = workdir / "keyspan.db"
-    if not db.exists():
-        return -1
-    try:
-        with sqlite3.connect(db, timeout=5) as c:
-            row = c.execute("select max(epoch) from checkpoints").fetchone()
-            return -1 if row[0] is None else row[0]
-    except sqlite3.Error:
-        return -1
+    return start_job(BUCKETED_JOB, workdir, {"BUCKETED_JOB_OUTPUT": str(output)}, extra)
 
 
 def _layout(output: Path) -> dict[tuple[str, int, int], list[str]]:
@@ -187,26 +167,12 @@ def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path):
     assert len({e for _, e, _ in reference}) >= 10  # 2400 records, 150 per epoch
     assert sum(len(v) for v in reference.values()) == 2400
 
-    rng = random.Random(int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30))))
+    seed = crash_seed()
     work, out = tmp_path / "crashy", tmp_path / "crashy-out"
-    kills = 0
-    for _ in range(8):
-        proc = _run_bucketed(work, out)
-        if kills < 2:
-            target = _committed(work) + rng.randint(1, 3)
-            deadline = time.time() + 180
-            while proc.poll() is None and _committed(work) < target and time.time() < deadline:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0, 0.5))
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                # only committed epochs are visible
-                assert all(e <= _committed(work) for _, e, _ in _layout(out))
-                continue
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        break
-    assert kills == 2, "the job finished before it could be killed twice"
+
+    def only_committed_epochs_visible():
+        assert all(e <= committed_epoch(work) for _, e, _ in _layout(out)), f"seed {seed}"
+
+    run_with_kills(lambda: _run_bucketed(work, out), work, 2, seed, jitter_s=0.5, wait_s=180, finish_timeout=600,
+                   after_kill=only_committed_epochs_visible, max_runs=8)
     assert _layout(out) == reference
