@@ -34,7 +34,7 @@ def _wait(predicate, timeout=240, what="condition"):
         try:
             if predicate():
                 return
-        except sqlite3.Error:
+        except (sqlite3.Error, IndexError):  # the store exists before its first rows do
             pass
         time.sleep(0.2)
     raise TimeoutError(what)

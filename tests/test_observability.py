@@ -91,7 +91,7 @@ def _start(workdir: Path, cwd: Path) -> subprocess.Popen:
 
 def _api_url(workdir: Path) -> str:
     return _wait(lambda: _db(workdir, f"select api_url from jobs where job_id = '{JOB_ID}'")[0][0],
-                 what="the driver's API")
+                 what="the driver's API", ignore=(IndexError,))  # the store exists before the job is registered
 
 
 class RunningJob:
