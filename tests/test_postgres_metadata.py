@@ -74,6 +74,7 @@ def test_job_runs_with_postgres_metadata(workdir, postgres_url):
 
 def test_two_drivers_share_one_postgres_store(workdir, postgres_url, monkeypatch):
     monkeypatch.setenv("KEYSPAN_SAVEPOINT_DIR", "file://" + str(workdir / "shared" / "savepoints"))
+    monkeypatch.setenv("KEYSPAN_SAVEPOINT_KEY", "one-key-for-every-host")  # hosts trust each other's savepoints
     out = workdir / "out"
     # host A runs the job at parallelism 2 and stops it with a savepoint halfway
     run_options.install(_host(workdir, "host-a", postgres_url))

@@ -33,13 +33,17 @@ from keyspan.state_processor import (
 from savepoint_helpers import BackgroundJob, use_options, wait_for_checkpoints
 
 
-@pytest.fixture(autouse=True)
-def savepoint_key(monkeypatch):
+@pytest.fixture(autouse=True, scope="module")
+def savepoint_key():
     """Jobs here run in a per-test workdir, the State Processor API in the process's: one configured key
     makes both sign and verify alike, as one keyspan installation does."""
-    monkeypatch.setenv("KEYSPAN_SAVEPOINT_KEY", "state-processor-tests")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KEYSPAN_SAVEPOINT_KEY", "state-processor-tests")
+        yield
 
 from test_savepoints import Average  # noqa: E402
+
+from keyspan.state_processor.plans import signing_key  # noqa: E402
 
 FAR = 4_000_000_000_000  # a processing-time timer that never fires during the test
 
@@ -120,7 +124,8 @@ def savepoint_of(workdir: Path, name: str, data, parallelism: int = 2) -> tuple[
     opts = run_options.current()
     checkpoint = MetadataStore(opts.metadata()).latest_checkpoint(name)
     path = write_savepoint(Storage(opts.checkpoint_root()).child(name), checkpoint,
-                           "file://" + str(workdir / "savepoints" / name), job_name=name, job_file_bytes=None)
+                           "file://" + str(workdir / "savepoints" / name), job_name=name, job_file_bytes=None,
+                           key=signing_key())
     return path, out
 
 
@@ -323,7 +328,8 @@ def test_rekey_to_a_larger_max_parallelism_and_restore_above_the_old_max(spark, 
         opts = run_options.current()
         checkpoint = MetadataStore(opts.metadata()).latest_checkpoint("small")
         path = write_savepoint(Storage(opts.checkpoint_root()).child("small"), checkpoint,
-                               "file://" + str(tmp_path / "sp-small"), job_name="small", job_file_bytes=None)
+                               "file://" + str(tmp_path / "sp-small"), job_name="small", job_file_bytes=None,
+                               key=signing_key())
         MetadataStore(opts.metadata()).add_savepoint(path=path, job_id="small", epoch=checkpoint["epoch"],
                                                      parallelism=2, code_version=None, restored_from=None,
                                                      trigger="manual")
@@ -477,7 +483,8 @@ def test_read_and_bootstrap_operator_list_union_and_broadcast_state(spark, workd
     opts = run_options.current()
     checkpoint = MetadataStore(opts.metadata()).latest_checkpoint("operators")
     path = write_savepoint(Storage(opts.checkpoint_root()).child("operators"), checkpoint,
-                           "file://" + str(workdir / "sp"), job_name="operators", job_file_bytes=None)
+                           "file://" + str(workdir / "sp"), job_name="operators", job_file_bytes=None,
+                           key=signing_key())
 
     reader = SavepointReader.read(spark, path)
     values = reader.read_list_state("remember", "values", Types.LONG()).collect()

@@ -737,6 +737,10 @@ def _summary(exc: BaseException) -> str:
     """The line of a (Spark-wrapped) failure that says what went wrong: the last Python error line of
     a task's trace, or the exception's own first line."""
     text = str(exc)
+    crash = re.search(r"Python worker exited unexpectedly \(crashed\)[^\n]*", text)
+    if crash:  # the OS (or a memory cap) killed a worker: no Python error line says so
+        return (f"{crash.group(0).strip()}; a worker that is killed mid-task most often ran out of memory "
+                "(see the worker memory settings, or use EmbeddedRocksDBStateBackend for large state)")[:500]
     errors = [line.strip() for line in text.splitlines()
               if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)", line)
               and not line.strip().startswith(("org.apache", "java.", "py4j", "scala."))]

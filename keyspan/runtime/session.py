@@ -60,6 +60,10 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks to itself on loopback only
         launch = SparkConf(loadDefaults=False)  # settings the driver JVM needs when it starts
         launch.setAll(conf.items())
+        # without these, PySpark's launcher would settle them as for an interactive shell: master
+        # local[*] (one attempt per task, no retries) and a console progress bar
+        launch.setIfMissing("spark.master", master or f"local[{cores}]")
+        launch.setIfMissing("spark.ui.showConsoleProgress", "false")
         launch.setIfMissing("spark.driver.extraJavaOptions", f"-Dlog4j2.level={logs.spark_level()}")
         launch.setIfMissing("spark.app.name", "keyspan")
         SparkContext._ensure_initialized(conf=launch)
