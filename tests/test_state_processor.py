@@ -41,11 +41,25 @@ def savepoint_key():
         mp.setenv("KEYSPAN_SAVEPOINT_KEY", "state-processor-tests")
         yield
 
-from test_savepoints import Average  # noqa: E402
+from keyspan.datastream import AggregateFunction  # noqa: E402
 
 from keyspan.state_processor.plans import signing_key  # noqa: E402
 
 FAR = 4_000_000_000_000  # a processing-time timer that never fires during the test
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, value, accumulator):
+        return [accumulator[0] + value, accumulator[1] + 1]
+
+    def get_result(self, accumulator):
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
 
 
 class Tally(KeyedProcessFunction):
