@@ -74,6 +74,16 @@ class FailsOnce(KeyedProcessFunction):
         yield f"{ctx.get_current_key()},{n}"
 
 
+def _task_attempts() -> int:
+    """Attempts Spark gives a task (``local[N,F]``: F) before the run fails: a run fails only when
+    every attempt of the task does."""
+    from pyspark.sql import SparkSession
+
+    master = SparkSession.getActiveSession().sparkContext.master
+    parts = master[master.index("[") + 1:-1].split(",") if master.startswith("local[") else []
+    return int(parts[1]) if len(parts) == 2 else 1
+
+
 def _build(env, out: Path, marker: Path, failures: int):
     marker.mkdir(exist_ok=True)
     env.set_parallelism(2)
@@ -99,9 +109,10 @@ def _lines(out: Path) -> list[str]:
 
 
 def test_fixed_delay_restart_resumes_from_latest_checkpoint(env, workdir, caplog):
-    # a user function's error fails the run at once (Spark does not retry it); two runs fail here
+    # two runs fail here: every attempt Spark gives the task fails, twice over
     out, marker = workdir / "out", workdir / "marker"
-    _build(env, out, marker, failures=2)
+    attempts = _task_attempts()
+    _build(env, out, marker, failures=2 * attempts)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(2, 100))
     with caplog.at_level(logging.WARNING, logger="keyspan.runtime"):
         env.execute("restarted")
@@ -110,13 +121,14 @@ def test_fixed_delay_restart_resumes_from_latest_checkpoint(env, workdir, caplog
     assert [r["status"] for r in runs] == ["FINISHED"]  # the same run resumed: Spark replayed the failed epoch
     assert "restart 1 from its latest checkpoint" in caplog.text
     assert "restart 2 from its latest checkpoint" in caplog.text
-    assert len(os.listdir(marker)) == 2
+    assert len(os.listdir(marker)) == 2 * attempts
 
 
 def test_no_restart_fails_and_cli_attempts_restart(workdir):
     out, marker = workdir / "out", workdir / "marker"
+    attempts = _task_attempts()
     env = StreamExecutionEnvironment.get_execution_environment()
-    _build(env, out, marker, failures=1)
+    _build(env, out, marker, failures=attempts)
     with pytest.raises(JobExecutionError, match="injected failure"):
         env.execute("no-restart")
     assert store().latest_run("no-restart")["status"] == "FAILED"
@@ -125,7 +137,7 @@ def test_no_restart_fails_and_cli_attempts_restart(workdir):
     # `keyspan run --restart-attempts 1` is the fall-back strategy: the next run fails once more and restarts
     use_options(restart_attempts=1, restart_delay_s=0.0)
     env = StreamExecutionEnvironment.get_execution_environment()
-    _build(env, out, marker, failures=2)
+    _build(env, out, marker, failures=2 * attempts)
     env.execute("no-restart")
     assert _lines(out) == _expected()
     first_new = min(c["epoch"] for c in store().list_checkpoints("no-restart") if c["epoch"] > committed)
