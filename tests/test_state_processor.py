@@ -62,8 +62,9 @@ class Average(AggregateFunction):
         return [a[0] + b[0], a[1] + b[1]]
 
 
-class Tally(KeyedProcessFunction):
-    """Every keyed state kind and a timer per key; each output line is the key's state after the record."""
+class TallyState:
+    """Every keyed state kind and a timer per key, updated one value at a time: what the job does per
+    record and the bootstrap function per history row."""
 
     def open(self, ctx):
         self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
@@ -72,16 +73,24 @@ class Tally(KeyedProcessFunction):
         self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
         self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average()))
 
-    def process_element(self, value, ctx):
+    def tally(self, v, ctx) -> int:
         n = (self.count.value() or 0) + 1
         self.count.update(n)
-        self.last.add(value[1])
+        self.last.add(v)
         if len(self.last.get()) > 3:
             self.last.update(self.last.get()[-3:])
-        self.seen.put(value[1] % 5, n)
-        self.total.add(value[1])
-        self.avg.add(value[1])
-        ctx.timer_service().register_processing_time_timer(FAR + value[1] % 3)
+        self.seen.put(v % 5, n)
+        self.total.add(v)
+        self.avg.add(v)
+        ctx.timer_service().register_processing_time_timer(FAR + v % 3)
+        return n
+
+
+class Tally(TallyState, KeyedProcessFunction):
+    """Each output line is the key's state after the record."""
+
+    def process_element(self, value, ctx):
+        n = self.tally(value[1], ctx)
         yield json.dumps({"key": ctx.get_current_key(), "count": n, "last": self.last.get(),
                           "seen": sorted(self.seen.items()), "total": self.total.get(), "avg": self.avg.get()})
 
@@ -251,26 +260,11 @@ def reference(spark, tmp_path_factory):
         run_options.install(run_options.RunOptions())
 
 
-class BackfillTally(KeyedStateBootstrapFunction):
+class BackfillTally(TallyState, KeyedStateBootstrapFunction):
     """Builds Tally's state from history rows, as the job would have."""
 
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
-        self.last = ctx.get_list_state(ListStateDescriptor("last"))
-        self.seen = ctx.get_map_state(MapStateDescriptor("seen"))
-        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
-        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor("avg", Average()))
-
     def process_element(self, row, ctx):
-        n = (self.count.value() or 0) + 1
-        self.count.update(n)
-        self.last.add(row.v)
-        if len(self.last.get()) > 3:
-            self.last.update(self.last.get()[-3:])
-        self.seen.put(row.v % 5, n)
-        self.total.add(row.v)
-        self.avg.add(row.v)
-        ctx.timer_service().register_processing_time_timer(FAR + row.v % 3)
+        n = self.tally(row.v, ctx)
         if ctx.get_current_key() == "k007" and n == 1:
             ctx.timer_service().register_processing_time_timer(1)  # due at once after the restore
 
