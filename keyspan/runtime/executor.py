@@ -635,7 +635,8 @@ class JobRunner:
                                                  on_failure=self.observer.checkpoint_failed)
             self._commit(epoch, offsets, reports, driver_rows, time_ctx)
         except BaseException as exc:
-            self.failure = exc
+            if not isinstance(self.failure, Fenced):  # losing the lease stops the query: that is the cause
+                self.failure = exc
             raise
         finally:
             self._in_epoch = False
