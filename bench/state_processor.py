@@ -5,7 +5,7 @@ bytes each Spark task read; compared with Spark's own ``format("statestore")`` r
     python bench/state_processor.py --size-mb 1024 [--value-bytes 1000] [--tasks 8]
 
 Steps (each timed):
-1. bootstrap: a savepoint with one value state of ``size`` bytes (keys ``k<i>``, random string values)
+1. bootstrap: a savepoint with one value state of ``size`` bytes (keys ``k<i>``, string values: a hash repeated to the value size)
    from a generated DataFrame (``OperatorTransformation...key_by("key").transform(...)``);
 2. dump: ``SavepointReader.read_keyed_state`` → Parquet, with the bytes each read task read
    (a task reads only its key-group range of each state file: ≈ total / tasks);
