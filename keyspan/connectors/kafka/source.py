@@ -6,7 +6,8 @@ offset log and keyspan's checkpoint and savepoint as ``{"topic:partition": next 
 restore at any parallelism reads exactly where the checkpoint ended: tasks are handed ranges of
 partitions, never a fixed partition. Partitions that appear while the job runs are read from their
 earliest offset. Offsets are committed back to the consumer group after each checkpoint only so
-that monitoring tools see the progress; recovery never reads them.
+that monitoring tools see the progress; recovery never reads them. Each partition is a watermark
+split (``KafkaReader.splits``): a task sends a partition's records in chunks of their own.
 """
 
 from __future__ import annotations
