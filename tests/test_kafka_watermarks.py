@@ -160,7 +160,8 @@ def test_watermark_follows_the_slowest_partition_with_one_subtask_reading_all(en
     out = list(seen.union(windows, windows.get_side_output(late).map(lambda v: ("late", v)))
                .execute_and_collect("kafka-partition-watermarks", limit=1000))
 
-    seen = sorted((ts - base, wm if wm == LONG_MIN else wm - base) for _, _, ts, wm in (r for r in out if r[0] == "seen"))
+    seen = sorted((ts - base, wm if wm == LONG_MIN else wm - base)
+                  for _, _, ts, wm in (r for r in out if r[0] == "seen"))
     # record i of each partition is read in epoch i, against partition 2's timestamp of epoch i - 1, less 1 ms
     assert seen == sorted((lag[p] + i * SECOND, LONG_MIN if i == 0 else lag[2] + (i - 1) * SECOND - 1)
                           for i in range(4) for p in range(3))

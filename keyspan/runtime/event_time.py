@@ -5,10 +5,11 @@ tasks report, per split, the largest event timestamp of the epoch's records. A s
 of the origin, a keyspan source as a whole, or a split the source names itself (a Kafka partition,
 Flink's per-split watermarks); a named split set may change from epoch to epoch (partitions
 discovered, or finished). After epoch e the origin's watermark is ``max(previous, min over live
-splits of (max timestamp − bound − 1))``, or Long.MAX once all its input is read. An operator's watermark is the minimum over the origins
-upstream of it. Records of epoch e+1 are judged late against the watermark reached after epoch e,
-and event-time timers up to it fire at the end of epoch e; so results depend on the data, not on
-where epochs cut it, as long as disorder stays within the bound (docs/event-time.md).
+splits of (max timestamp − bound − 1))``, or Long.MAX once all its input is read. An operator's
+watermark is the minimum over the origins upstream of it. Records of epoch e+1 are judged late
+against the watermark reached after epoch e, and event-time timers up to it fire at the end of
+epoch e; so results depend on the data, not on where epochs cut it, as long as disorder stays
+within the bound (docs/event-time.md).
 """
 
 from __future__ import annotations
