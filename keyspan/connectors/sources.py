@@ -29,13 +29,16 @@ PAYLOAD_SCHEMA = "payload binary"
 _ARROW_SCHEMA = pa.schema([("payload", pa.binary())])
 
 
-def chunk_batch(records: list, stamps: list | None = None) -> pa.RecordBatch:
+def chunk_batch(records: list, stamps: list | None = None, split: str | None = None) -> pa.RecordBatch:
     """Records travel as pickled chunks: one Arrow row per ≤CHUNK records (one C-speed pickle call).
-    A source whose records carry event timestamps (Kafka) sends ``(records, stamps)`` tuples."""
+    A source whose records carry event timestamps (Kafka) sends ``(records, stamps, split)`` tuples:
+    ``split`` names the split all of them come from (a Kafka partition), which then has its own
+    watermark (``SourceReader.splits``)."""
     if stamps is None:
         payloads = [serde.dumps(records[i : i + CHUNK]) for i in range(0, len(records), CHUNK)]
     else:
-        payloads = [serde.dumps((records[i : i + CHUNK], stamps[i : i + CHUNK])) for i in range(0, len(records), CHUNK)]
+        payloads = [serde.dumps((records[i : i + CHUNK], stamps[i : i + CHUNK], split))
+                    for i in range(0, len(records), CHUNK)]
     return pa.RecordBatch.from_arrays([pa.array(payloads, pa.binary())], schema=_ARROW_SCHEMA)
 
 
@@ -78,6 +81,12 @@ class SourceReader:
     def exhausted(self, offset: dict | None) -> bool:
         end = self.end_offset()
         return end is not None and offset is not None and _without_tick(offset) == end
+
+    def splits(self, offset: dict | None) -> list[str] | None:
+        """The names of the splits the source reads in the epoch that ends at ``offset``, when its
+        chunks name their split (``chunk_batch(..., split=)``) so each gets its own watermark; None:
+        the source is one split."""
+        return None
 
     def checkpointed(self, offset: dict) -> None:
         """Called on the driver right after a checkpoint with the reader at ``offset`` committed

@@ -659,8 +659,11 @@ class JobRunner:
                 if int(i) in readers and readers[int(i)].exhausted(offset)}
         finished = [uid for uid, o in self.plan.origins.items()
                     if end_of_input or (o["sources"] and set(o["sources"]) <= done)]
+        # a source that names its splits (Kafka: the partitions of the epoch's offsets) gets per-split watermarks
+        splits = {uid: names for uid, o in self.plan.origins.items() if o["source"] in readers
+                  and (names := readers[o["source"]].splits((offsets or {}).get(str(o["source"])))) is not None}
         return TimeContext(origins=self.plan.origins, state=(self.committed or {}).get("event_time") or {},
-                           now=wall_clock_ms(), finished=finished)
+                           now=wall_clock_ms(), finished=finished, splits=splits)
 
     def _wake_file(self) -> str:
         return os.path.join(os.path.abspath(self.options.workdir), "wake", f"{self.job_id}.json")
@@ -700,7 +703,8 @@ class JobRunner:
             epoch, reports, before_commit=self.observer.committing, run_id=self.run_info["run_id"], parallelism=self.parallelism,
             max_parallelism=self.max_parallelism, source_offsets=offsets,
             restored_from=self.run_info["restored_from"], code_version=self.code_version, sources=self.source_ids,
-            event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished))
+            event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished,
+                                          time_ctx.splits))
         self.parallel_changed = False
         self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)

@@ -77,7 +77,8 @@ class OpSpec:
     outputs: list = field(default_factory=list)  # ("op", index, tag) | ("exit", exit_id, tag); tag: side output
     origins: list = field(default_factory=list)  # uids of the watermark origins upstream (event_time.py)
     watermark_strategy: Any = None  # for a watermark origin that assigns timestamps
-    split: int | None = None  # an origin's split: 0 in a source stage (one per source), else the subtask
+    split: int | None = None  # an origin's split: 0 in a source stage (one per source, unless the source's
+    # chunks name theirs: a Kafka partition), else the subtask
     error_policy: Any = None  # a source's ErrorPolicy when its records may carry DeadLetters
 
 
@@ -364,16 +365,16 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
     for t in transformations:
         if t.kind == OperatorKind.SOURCE:
             strategy = getattr(t.spec, "watermark_strategy", None)
-            splits = 1
+            splits, source = 1, sources.index(t)  # one split, unless its reader names them (event_time.py)
         elif t.kind == OperatorKind.TIMESTAMPS:
             strategy = t.function
             stage = stages[stage_of[t.id]]
-            splits = 1 if stage.source is not None else stage.plan.parallelism
+            splits, source = 1 if stage.source is not None else stage.plan.parallelism, None
         else:
             continue
         origins[uids[t.id][0]] = {"bound_ms": strategy.bound_ms if strategy else None,
                                   "idleness_ms": strategy.idleness_ms if strategy else None,
-                                  "splits": splits, "sources": sorted(sources_of(t))}
+                                  "splits": splits, "source": source, "sources": sorted(sources_of(t))}
     return PhysicalPlan(stages, sources, driver_sinks, task_sinks, operators, origins)
 
 

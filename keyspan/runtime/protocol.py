@@ -27,6 +27,7 @@ class TimeContext:
     state: dict  # the origins' time state of the last committed checkpoint
     now: int  # the epoch's wall-clock time (ms)
     finished: list[str]  # origins whose whole input is read by the end of this epoch
+    splits: dict[str, list] = field(default_factory=dict)  # origin uid → the split names its source reads this epoch
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ offset log and keyspan's checkpoint and savepoint as ``{"topic:partition": next 
 restore at any parallelism reads exactly where the checkpoint ended: tasks are handed ranges of
 partitions, never a fixed partition. Partitions that appear while the job runs are read from their
 earliest offset. Offsets are committed back to the consumer group after each checkpoint only so
-that monitoring tools see the progress; recovery never reads them.
+that monitoring tools see the progress; recovery never reads them. Each partition is a watermark
+split (``KafkaReader.splits``): a task sends a partition's records in chunks of their own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.sources import KeyspanSource, SourceReader, SourceRecordError, chunk_batch
+from keyspan.connectors.sources import TICK, KeyspanSource, SourceReader, SourceRecordError, chunk_batch
 
 READ_TIMEOUT_S = 60.0  # a partition range the broker does not deliver within this time fails the task
 
@@ -238,6 +239,14 @@ class KafkaReader(SourceReader):
             return False
         return all(offset.get(k, 0) >= v for k, v in self.stop.items())
 
+    def splits(self, offset) -> list[str] | None:
+        """Each partition is a watermark split (Flink's per-partition watermarks): those the epoch's
+        offsets hold, less any that reached its stopping offset (finished, it holds nothing back)."""
+        if offset is None:
+            return None
+        stop = self.stop or {}
+        return sorted(k for k, o in offset.items() if k != TICK and not (k in stop and o >= stop[k]))
+
     def _available(self, start: dict) -> dict[str, tuple[int, int]]:
         """Per partition: (first offset to read, offset to read up to)."""
         if self.stop is not None:
@@ -314,7 +323,7 @@ class KafkaReader(SourceReader):
             first[(topic, p)] = lo or 0
             assign.append(TopicPartition(topic, p, lo if lo is not None else -2))  # -2: the beginning
         deserialize = self.source.deserializer.deserialize
-        records, stamps = [], []
+        chunks: dict = {}  # (topic, partition) → (records, timestamps): a partition is a watermark split
         consumer.assign(assign)
         deadline = time.monotonic() + READ_TIMEOUT_S
         try:
@@ -338,6 +347,7 @@ class KafkaReader(SourceReader):
                     next_offset[tp] = offset + 1
                     record = self._deserialize(deserialize, m)
                     if record is not None:  # None: the schema itself ignores the message
+                        records, stamps = chunks.setdefault(tp, ([], []))
                         records.append(record)
                         kind, ts = m.timestamp()
                         stamps.append(ts if kind != 0 else None)
@@ -355,8 +365,8 @@ class KafkaReader(SourceReader):
                                             f"{READ_TIMEOUT_S:.0f} s; is it reachable, and were records deleted?")
         finally:
             consumer.unassign()  # an assigned consumer keeps fetching in the background
-        for i in range(0, len(records), 4096):
-            yield chunk_batch(records[i:i + 4096], stamps[i:i + 4096])
+        for tp, (records, stamps) in chunks.items():
+            yield chunk_batch(records, stamps, _key(*tp))
 
     @staticmethod
     def _done(consumer, todo, tp):

@@ -5,7 +5,6 @@ the one place where a user error is turned into a message naming operator and re
 
 from __future__ import annotations
 
-from keyspan.common.clock import LONG_MIN
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.metrics import metricbase
@@ -209,11 +208,14 @@ class OperatorChain:
 
     def _timestamp_assigner(self, op, emit):
         """A watermark origin that assigns timestamps: sets each record's timestamp and tracks the
-        largest one of its split (the whole source in a source stage, else this subtask)."""
+        largest one of its split (the whole source in a source stage, else this subtask; at a source
+        whose chunks name their split, that split: a Kafka partition). A split is reported only when
+        it had a record with a timestamp: that is what keeps it from going idle."""
         assigner = op.watermark_strategy.timestamp_assigner
         extract = assigner.extract_timestamp if assigner is not None else None
-        split = str(self.subtask if op.split is None else op.split)
-        seen = self.split_max.setdefault(op.uid, {}).setdefault(split, [LONG_MIN])
+        default = str(self.subtask if op.split is None else op.split)
+        chunk_split = self.chunk_split if op.kind == OperatorKind.SOURCE else [None]
+        maxima = self.split_max.setdefault(op.uid, {})
         cell = self.ts_cell
         subtask = self.subtask
 
@@ -228,8 +230,10 @@ class OperatorChain:
                         f"extract_timestamp must return epoch milliseconds as int, got {ts!r}"), record=value)
                 cell[0] = ts
             ts = cell[0]
-            if ts is not None and ts > seen[0]:
-                seen[0] = ts
+            if ts is not None:
+                seen = maxima.setdefault(chunk_split[0] or default, [ts])
+                if ts > seen[0]:
+                    seen[0] = ts
             emit(value)
         return process
 

@@ -86,6 +86,7 @@ class StageTask(OperatorChain):
         self.broadcast_entry = None  # the broadcast-side input of a broadcast-process stage
         self.second_entry = None  # the second input of a two-input stage (chunks tagged with input side 1)
         self.ts_cell = [None]  # the event timestamp of the record being processed (None: none)
+        self.chunk_split = [None]  # the split a source chunk names (a Kafka partition), for its watermarks
         self.split_max: dict[str, dict[str, list]] = {}  # origin uid → {split: [max timestamp]} of this epoch
         self.keyed_emit = None  # (instance, op, emit, timer context) of the keyed operator, whose timers fire at the end
         self.entry: list = []
@@ -152,14 +153,14 @@ class StageTask(OperatorChain):
             if fmt == InputFormat.CHUNKS:
                 for payload in batch.column(0).to_pylist():
                     records = serde.loads(payload)
-                    if type(records) is tuple:  # records with the source's event timestamps
-                        records, stamps = records
+                    if type(records) is tuple:  # records of one split with the source's event timestamps
+                        records, stamps, self.chunk_split[0] = records
                         self.records_in += len(records)
                         for r, ts in zip(records, stamps):
                             source_ts[0] = cell[0] = ts
                             for e in entry:
                                 e(r)
-                        source_ts[0] = cell[0] = None
+                        source_ts[0] = cell[0] = self.chunk_split[0] = None
                         continue
                     self.records_in += len(records)
                     for r in records:
@@ -270,7 +271,7 @@ class StageTask(OperatorChain):
             stack.extend(report.upstream)
         event_time.merge_reports(reports, self._split_report())
         t = self.ctx.time
-        return event_time.advance(t.origins, t.state, reports, t.now, t.finished)
+        return event_time.advance(t.origins, t.state, reports, t.now, t.finished, t.splits)
 
     def _split_report(self) -> dict:
         return {uid: {split: m[0] for split, m in splits.items()} for uid, splits in self.split_max.items()}
