@@ -22,6 +22,7 @@ from keyspan.rest.auth import auth_headers
 from keyspan.runtime import options as run_options
 from keyspan.runtime.worker import state_io
 
+pytestmark = pytest.mark.timeout(1200)  # whole jobs on Spark, several drivers: minutes on a loaded machine
 JOBS = Path(__file__).parent / "jobs"
 sys.path.insert(0, str(JOBS))
 import live_rescale_job  # noqa: E402
@@ -172,7 +173,40 @@ def test_kill_during_live_switch_recovers_exactly_once(workdir, reference):
     assert all(line in reference for line in visible) and len(visible) < len(reference)
 
     again = start_job(job, wd, env={"LIVE_RESCALE_OUTPUT": str(out)}, extra=["-p", "2"])
-    _, err = again.communicate(timeout=300)
+    try:
+        _, err = again.communicate(timeout=900)
+    finally:
+        if again.poll() is None:
+            os.killpg(again.pid, signal.SIGKILL)
     assert again.returncode == 0, err[-3000:]
     assert f"resuming job 'live-rescale' from checkpoint {before_kill}" in err
+    assert _lines(out) == reference
+
+
+def test_live_rescale_on_the_standalone_cluster(spark_cluster, tmp_path, reference):
+    """The same job on the loopback standalone cluster (two workers): rescaled live 2→3 while it
+    runs, with the output of the run never rescaled, in one Spark application."""
+    out, wd = tmp_path / "out", tmp_path / "wd"
+    proc = start_job(JOBS / "live_rescale_job.py", wd, env={"LIVE_RESCALE_OUTPUT": str(out)}, extra=[
+        "-p", "2", "--master", spark_cluster.master_url, "--allow-local-storage", "--no-spark-ui",
+        "--conf", "spark.executor.memory=512m", "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"])
+    try:
+        deadline = time.time() + 240
+        while committed_epoch(wd) < 1 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        store = MetadataStore(run_options.RunOptions(workdir=str(wd)).metadata())
+        url = _api(store, "live-rescale")
+        app = httpx.get(f"{url}/jobs/live-rescale", headers=auth_headers(str(wd))).json()["spark-application-id"]
+        answer = _rescale(url, "live-rescale", str(wd), 3)
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["from"], answer.json()["to"]) == (2, 3)
+        assert httpx.get(f"{url}/jobs/live-rescale", headers=auth_headers(str(wd))).json()[
+            "spark-application-id"] == app
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert {c["parallelism"] for c in store.list_checkpoints("live-rescale")} == {2, 3}
     assert _lines(out) == reference

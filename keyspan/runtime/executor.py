@@ -734,7 +734,7 @@ class JobRunner:
         (and redistributed operator state) from the committed checkpoint, as a restore would; that
         epoch writes full snapshots, so its checkpoint restores at any parallelism."""
         new, old = request["parallelism"], self.parallelism
-        request.update({"from": old, "to": new})
+        request.update({"from": old, "to": new, "wait_ms": (time.time() - request["requested_at"]) * 1000})
         if new == old:
             request.update(done=True, pause_ms=0.0, epoch=self.committed["epoch"] if self.committed else None)
             return
