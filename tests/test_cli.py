@@ -1,4 +1,4 @@
-"""The keyspan command line on real processes: run, checkpoints, one-click rescale 2→4→1 of a
+"""The keyspan command line on real processes: run, checkpoints, one-click rescale --restart 2→4→1 of a
 running job with output equal to a run that was never rescaled, and the missing-Java message."""
 
 from __future__ import annotations
@@ -61,14 +61,14 @@ def test_run_checkpoints_and_one_click_rescale_2_4_1(tmp_path):
                              stderr=subprocess.PIPE, text=True)
     try:
         _wait(lambda: _db(work, "select count(*) from checkpoints")[0][0] >= 4, what="first checkpoints")
-        up = _keyspan("rescale", "counting", "--parallelism", "4", "--workdir", str(work), env=env, cwd=tmp_path)
+        up = _keyspan("rescale", "counting", "--parallelism", "4", "--restart", "--workdir", str(work), env=env, cwd=tmp_path)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "stop with savepoint" in up.stdout and "restart from savepoint" in up.stdout
         assert first.wait(timeout=60) == 0
         _wait(lambda: _db(work, "select max(parallelism) from checkpoints")[0][0] == 4
               and _db(work, "select count(*) from checkpoints where parallelism = 4")[0][0] >= 4,
               what="checkpoints at parallelism 4")
-        down = _keyspan("rescale", "counting", "-p", "1", "--workdir", str(work), env=env, cwd=tmp_path)
+        down = _keyspan("rescale", "counting", "-p", "1", "--restart", "--workdir", str(work), env=env, cwd=tmp_path)
         assert down.returncode == 0, down.stdout + down.stderr
         _wait(lambda: _db(work, "select status from runs order by started_at desc limit 1")[0][0] == "FINISHED",
               timeout=300, what="the rescaled job to finish")

@@ -4,7 +4,7 @@ checkpoint, savepoint, input and output storage:
 
 * a keyed job submitted with ``spark-submit --master spark://…`` reaches the master, runs tasks on both
   executors, checkpoints to S3 from the executors, and writes exactly the expected output;
-* ``keyspan run -d --master … --conf …`` then ``keyspan rescale -p 1``: a savepoint on the cluster is
+* ``keyspan run -d --master … --conf …`` then ``keyspan rescale -p 1 --restart``: a savepoint on the cluster is
   restored at another parallelism with the run's original options, arguments and code folder;
 * a driver-local ``file://`` checkpoint location is refused on a multi-host master.
 """
@@ -176,7 +176,7 @@ def test_detached_run_and_rescale_on_the_cluster(spark_cluster, s3, tmp_path):
         _wait("first file processed", lambda: _output(client, prefix) == _expected(first))
         store = MetadataStore(default_url(workdir))
         _wait("driver API up", lambda: (store.get_job("cluster-count") or {}).get("api_url"))
-        rescaled = _keyspan("rescale", "cluster-count", "-p", "1", "--workdir", workdir, env=env)
+        rescaled = _keyspan("rescale", "cluster-count", "-p", "1", "--restart", "--workdir", workdir, env=env)
         assert rescaled.returncode == 0, rescaled.stdout + rescaled.stderr + Path(log).read_text()[-3000:]
         assert store.latest_run("cluster-count")["parallelism"] == 1
         restored = [c["restored_from"] for c in store.list_checkpoints("cluster-count")]

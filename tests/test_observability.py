@@ -157,7 +157,7 @@ def test_metrics_endpoint_shows_counters_advancing_and_checkpoint_durations(job)
 
 def test_mutating_rest_calls_need_the_token(job):
     for method, path, body in (("POST", "savepoints", {}), ("POST", "stop", {"drain": False}),
-                               ("POST", "rescaling", {"parallelism": 3})):
+                               ("POST", "rescaling", {"parallelism": 3}), ("POST", "rescale", {"parallelism": 3})):
         answer = httpx.request(method, f"{job.url}/jobs/{JOB_ID}/{path}", json=body, timeout=10)
         assert answer.status_code == 401, (path, answer.text)
         wrong = httpx.request(method, f"{job.url}/jobs/{JOB_ID}/{path}", json=body, timeout=10,
