@@ -46,7 +46,7 @@ from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
 from keyspan.io.storage import Storage
 from keyspan.rest.server import start_api
-from keyspan.runtime import event_time
+from keyspan.runtime import autoscaler, event_time
 from keyspan.runtime import session as spark_session
 from keyspan.runtime.control import JobControl, RunnerHandle
 from keyspan.runtime.observe import JobObserver
@@ -127,6 +127,10 @@ class JobRunner:
         self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
                                   chaining=env.is_chaining_enabled())
         self.batch = _batch_mode(env, self.plan, self.job_id)
+        try:  # job.autoscaler.* and --autoscale: checked before anything starts
+            self.autoscale = None if self.batch else autoscaler.options_for(env, options, self.job_id)
+        except ValueError as exc:
+            raise JobExecutionError(str(exc)) from None
         self.fingerprint = hashlib.sha256(json.dumps(
             [[(o["uid"], o["kind"]) for o in self.plan.operators], [t.spec.fingerprint() for t in self.plan.sources]]
         ).encode()).hexdigest()[:16]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from keyspan.checkpoint import stats as checkpoint_stats
+from keyspan.runtime import autoscaler
 from keyspan.metrics.prometheus import job_registry
 from keyspan.metrics.registry import JobMetrics
 
@@ -28,6 +29,7 @@ class JobObserver:
         self.epoch_end = None
         self.restoring = runner.committed is not None
         runner.progress.metrics = self.metrics
+        self.autoscaler = autoscaler.JobAutoscaler(runner, runner.autoscale) if runner.autoscale else None
 
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
@@ -51,6 +53,8 @@ class JobObserver:
         self.metrics.epoch_committed(epoch, reports, started, ended, bytes_written, manifest,
                                      self.runner.committed.get("event_time"), records)
         self._record_backlog()
+        if self.autoscaler is not None:
+            self.autoscaler.epoch_committed(autoscaler.sample_of(self.runner, reports, started, ended))
 
     def checkpoint_failed(self, epoch: int, cause: str) -> None:
         self.metrics.checkpoint_failed(epoch, cause)
