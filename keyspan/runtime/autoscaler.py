@@ -314,26 +314,37 @@ class JobAutoscaler:
     """Feeds the policy from the driver's committed epochs, reports every decision (log, stderr,
     metrics), and asks the driver to rescale between epochs."""
 
-    def __init__(self, runner, options: AutoscalerOptions):
+    def __init__(self, runner, options: AutoscalerOptions, metrics):
         self.runner = runner
+        self.metrics = metrics  # the job's JobMetrics: the status goes to the API, dashboard and Prometheus
         self.options = options
         self.policy = AutoscalerPolicy(options, runner.max_parallelism)
         self.pending: dict | None = None  # the rescale request not yet carried out
         self.decisions: list[dict] = []  # every change it asked for (the demo's and the dashboard's history)
+        self.curve: deque = deque(maxlen=2000)  # per epoch: time, parallelism, backlog (the lag curve)
+        self.last: Decision | None = None
         self._last_reported: tuple | None = None
-        self._report_status(None)
+        self._report_status()
 
     def epoch_committed(self, sample: EpochSample) -> None:
-        if self.pending is not None:
-            if not self.pending.get("done"):
-                return  # the job is switching; its next epochs belong to the new parallelism
-            if self.pending.get("error"):
-                print(f"keyspan autoscaler: job '{self.runner.job_id}': rescale failed: {self.pending['error']}",
-                      file=sys.stderr)
-            self.pending = None
-        decision = self.policy.observe(sample)
-        if decision is None:
-            return
+        self.curve.append({"t": sample.at, "parallelism": sample.parallelism, "backlog": sample.backlog,
+                           "records": sample.source_records})
+        try:
+            if self.pending is not None:
+                if not self.pending.get("done"):
+                    return  # the job is switching; its next epochs belong to the new parallelism
+                if self.pending.get("error"):
+                    print(f"keyspan autoscaler: job '{self.runner.job_id}': rescale failed: "
+                          f"{self.pending['error']}", file=sys.stderr)
+                self.pending = None
+            decision = self.policy.observe(sample)
+            if decision is not None:
+                self._act(decision)
+        finally:
+            self._report_status()
+
+    def _act(self, decision: Decision) -> None:
+        self.last = decision
         self._report(decision)
         if decision.action != "hold" and self.options.scaling_enabled:
             self.pending = self.runner.control.request_rescale(decision.desired, reason=f"autoscaler: {decision.reason}")
@@ -350,14 +361,15 @@ class JobAutoscaler:
         elif key != self._last_reported:  # a hold is logged when it changes, not every epoch
             log.info(line)
         self._last_reported = key
-        self._report_status(decision)
 
-    def _report_status(self, decision: Decision | None) -> None:
-        self.runner.observer.metrics.set_autoscaler({
+    def _report_status(self) -> None:
+        decision = self.last
+        self.metrics.set_autoscaler({
             "enabled": True, "scaling": self.options.scaling_enabled, "min": self.policy.low,
             "max": self.policy.high, "current": self.runner.parallelism,
             "desired": decision.desired if decision else self.runner.parallelism,
-            "last": decision.to_dict() if decision else None, "decisions": self.decisions[-50:]})
+            "last": decision.to_dict() if decision else None, "scalings": len(self.decisions),
+            "decisions": self.decisions[-50:], "curve": list(self.curve)})
 
 
 def sample_of(runner, reports: dict, started: float, ended: float) -> EpochSample:
@@ -372,7 +384,7 @@ def sample_of(runner, reports: dict, started: float, ended: float) -> EpochSampl
         entry[1] += report.busy_ms / 1000
         if stage in source_stages:
             read += report.records
-    backlog = runner.observer.metrics.backlog
+    backlog = runner.observer.metrics.backlog  # recorded by the observer for this epoch just before
     counts = [b["count"] for b in backlog.values() if b["unit"] == "records"]
     known = counts and len(counts) == len(backlog)
     interval = max(runner.checkpoint_config.interval_ms, runner.checkpoint_config.min_pause_ms) / 1000

@@ -450,8 +450,9 @@ class JobRunner:
         cluster, checks that nothing the run writes lands on the driver's own disk, and ships the job's
         sibling modules to the executors."""
         conf = dict(self.options.spark_conf)
+        cores = max(self.parallelism, self.autoscale.max_parallelism or 0) if self.autoscale else self.parallelism
         spark = self.env.get_spark_session() or spark_session.get_or_create_spark(
-            self.parallelism, self.options.spark_master, conf, ui=self.options.spark_ui,
+            cores, self.options.spark_master, conf, ui=self.options.spark_ui,
             dependencies=self.env.get_python_dependencies())
         master = spark.sparkContext.master
         self.on_cluster = not spark_session.is_single_host(master)

@@ -29,7 +29,7 @@ class JobObserver:
         self.epoch_end = None
         self.restoring = runner.committed is not None
         runner.progress.metrics = self.metrics
-        self.autoscaler = autoscaler.JobAutoscaler(runner, runner.autoscale) if runner.autoscale else None
+        self.autoscaler = autoscaler.JobAutoscaler(runner, runner.autoscale, self.metrics) if runner.autoscale else None
 
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
