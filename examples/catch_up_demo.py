@@ -133,29 +133,31 @@ def build_job(env, feed: ImpressionFeed, cost_ms: float) -> Books:
     return books
 
 
-def autoscaler_configuration(low: int, high: int, scaling: bool = True) -> Configuration:
+def autoscaler_configuration(low: int, high: int, scaling: bool = True, **settings) -> Configuration:
     """Demo-sized autoscaler settings: decide over 4 s windows, let the job settle 4 s after a
-    rescale, catch a backlog up within 10 s, and wait 10 s after a scale-up before scaling down."""
+    rescale, catch a backlog up within 10 s, and wait 10 s after a scale-up before scaling down
+    (``settings``: other ``job.autoscaler.*`` values, by the key after the prefix)."""
     conf = Configuration()
     for key, value in {"job.autoscaler.enabled": "true", "job.autoscaler.scaling.enabled": str(scaling).lower(),
                        "job.autoscaler.min-parallelism": low, "job.autoscaler.max-parallelism": high,
                        "job.autoscaler.metrics.window": "4 s", "job.autoscaler.stabilization.interval": "4 s",
                        "job.autoscaler.catch-up.duration": "10 s", "job.autoscaler.scale-up.grace-period": "10 s",
-                       "job.autoscaler.scale-down.interval": "4 s"}.items():
+                       "job.autoscaler.scale-down.interval": "4 s",
+                       **{f"job.autoscaler.{k}": v for k, v in settings.items()}}.items():
         conf.set_string(key, str(value))
     return conf
 
 
 def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float, low: int, high: int,
         fixed: int | None = None, lead: float = 5.0, max_per_epoch: int | None = None, job_name="catch-up-demo",
-        quiet: bool = False) -> dict:
+        settings: dict | None = None) -> dict:
     """One run of the scenario; returns the books, the curve, the decisions and timings. ``fixed``:
     no rescaling, the job runs at that parallelism (the autoscaler only watches)."""
     total = int(rate * (lead + outage + after))
     feed = ImpressionFeed(total, rate, campaigns, (lead, lead + outage))
     parallelism = fixed or low
     env = StreamExecutionEnvironment.get_execution_environment(
-        autoscaler_configuration(fixed or low, fixed or high, scaling=fixed is None))
+        autoscaler_configuration(fixed or low, fixed or high, scaling=fixed is None, **(settings or {})))
     env.set_parallelism(parallelism)
     env.enable_checkpointing(500)
     env.set_max_records_per_epoch(max_per_epoch or int(rate * 10))
