@@ -30,6 +30,7 @@ from keyspan.runtime.autoscaler import parse_bounds  # noqa: E402
 def _demo():
     spec = importlib.util.spec_from_file_location("catch_up_demo", os.path.join(ROOT, "examples", "catch_up_demo.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules["catch_up_demo"] = module  # cloudpickle ships registered modules by value
     spec.loader.exec_module(module)
     import cloudpickle
 

@@ -185,7 +185,8 @@ def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float
     return {"total": total, "received": books.received, "latest": books.latest, "expected": expected,
             "curve": curve, "decisions": [{**d, "at": d["at"] - feed.t0} for d in status.get("decisions", [])],
             "outage": (lead, lifted), "lifted_at": lifted, "caught_up_at": caught, "finished_at": finished - feed.t0,
-            "catch_up_s": None if caught is None else caught - lifted, "epochs": result.epochs}
+            "catch_up_s": None if caught is None else caught - lifted, "epochs": result.epochs,
+            "metrics": result.metrics}
 
 
 def books_balance(r: dict) -> bool:

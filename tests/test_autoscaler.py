@@ -5,6 +5,7 @@ rate; the policy's decisions are applied at the next epoch, as the driver's live
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -149,6 +150,7 @@ def _demo():
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "catch_up_demo.py")
     spec = importlib.util.spec_from_file_location("catch_up_demo", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["catch_up_demo"] = module  # cloudpickle ships registered modules by value
     spec.loader.exec_module(module)
     cloudpickle.register_pickle_by_value(module)
     return module
@@ -156,8 +158,8 @@ def _demo():
 
 def test_backlog_scales_the_running_job_up_then_down_with_exact_output(workdir, spark):
     demo = _demo()
-    # 40 impressions/s, cut off for 6 s, then 30 s more; 10 ms of waiting per impression (100/s per subtask)
-    r = demo.run(rate=40, outage=6, after=30, campaigns=16, cost_ms=10, low=1, high=3, lead=2, job_name="autoscale-e2e",
+    # 40 impressions/s, cut off for 6 s, then 40 s more; 10 ms of waiting per impression (100/s per subtask)
+    r = demo.run(rate=40, outage=6, after=40, campaigns=16, cost_ms=10, low=1, high=3, lead=2, job_name="autoscale-e2e",
                  settings={"metrics.window": "2 s", "stabilization.interval": "2 s", "catch-up.duration": "5 s",
                            "scale-up.grace-period": "4 s", "scale-down.interval": "2 s"})
     assert r["received"] == r["total"] and r["latest"] == r["expected"], "books do not balance"
@@ -172,3 +174,23 @@ def test_backlog_scales_the_running_job_up_then_down_with_exact_output(workdir, 
     from pyspark.sql import SparkSession
 
     assert SparkSession.getActiveSession() is spark
+
+
+def test_advisory_mode_reports_decisions_without_rescaling(workdir, spark):
+    """``scaling.enabled = false``: the autoscaler watches a real run, records its curve and reports
+    its decisions (metrics, Prometheus), and the job keeps its parallelism."""
+    from prometheus_client import generate_latest
+
+    from keyspan.metrics.prometheus import job_registry
+
+    demo = _demo()
+    r = demo.run(rate=60, outage=0, after=4, campaigns=8, cost_ms=0, low=1, high=1, fixed=1, lead=0,
+                 job_name="autoscale-advisory", settings={"metrics.window": "1 s", "stabilization.interval": "0 s"})
+    assert r["received"] == r["total"] and r["latest"] == r["expected"]
+    assert r["curve"] and all(p["parallelism"] == 1 for p in r["curve"])
+    assert all(p["backlog"] is not None and p["backlog"] >= 0 for p in r["curve"])
+    assert sum(p["records"] for p in r["curve"]) == r["total"]
+    assert r["decisions"] == []  # bounds 1..1: nothing to decide but holds
+    text = generate_latest(job_registry(r["metrics"])).decode()
+    assert 'keyspan_autoscaler_currentParallelism{job="autoscale-advisory"} 1.0' in text
+    assert 'keyspan_autoscaler_maxParallelism{job="autoscale-advisory"} 1.0' in text

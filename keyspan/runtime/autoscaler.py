@@ -269,12 +269,9 @@ class AutoscalerPolicy:
             stage_target = target_rate * (records / read) if read else target_rate
             utilization = busy / (span * p)
             capacity = true_rate * p
-            if capacity < stage_target / o.upper_utilization:
-                desired = math.ceil(stage_target / (true_rate * o.target_utilization))
-            elif capacity > stage_target / max(o.lower_utilization, 1e-9):
-                desired = math.ceil(stage_target / (true_rate * o.target_utilization))
-            else:
-                desired = p
+            too_slow = capacity < stage_target / o.upper_utilization  # would run above the band
+            too_idle = capacity > stage_target / max(o.lower_utilization, 1e-9)  # would run below it
+            desired = math.ceil(stage_target / (true_rate * o.target_utilization)) if too_slow or too_idle else p
             wanted.append((stage, desired, utilization, true_rate))
         if not wanted:
             if read == 0 and not backlog:
