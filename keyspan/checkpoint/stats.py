@@ -1,8 +1,8 @@
 """Checkpoint statistics that outlive the driver: when each checkpoint started and ended, its size
-(the bytes it wrote and the full state a restore reads) and the failed checkpoints with their cause.
+(the bytes it wrote and the full state a restore reads), the failed checkpoints with their cause,
+and the live rescales with their pause.
 
-Kept in two tables of their own beside the metadata store's, so the store's schema is untouched;
-the columns are the ones a later metadata schema version can take over (see docs/observability.md).
+Kept in tables of their own beside the metadata store's, so the store's schema is untouched; the columns are the ones a later metadata schema version can take over (see docs/observability.md).
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ checkpoint_failures = Table(
     Column("epoch", Integer, nullable=False),
     Column("failed_at", Float, nullable=False),
     Column("cause", Text, nullable=False),
+)
+
+rescales = Table(
+    "rescales", _tables,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(200), nullable=False, index=True),
+    Column("requested_at", Float, nullable=False),
+    Column("epoch", Integer, nullable=False),  # the first epoch committed at the new parallelism
+    Column("from_parallelism", Integer, nullable=False),
+    Column("to_parallelism", Integer, nullable=False),
+    Column("reason", Text),
+    Column("pause_ms", Float, nullable=False),
+    Column("key_groups_moved", Integer),
+    Column("bytes_restored", BigInteger),
 )
 
 _READY: set[int] = set()
@@ -63,6 +77,22 @@ def record_failure(store, job_id: str, epoch: int, cause: str) -> None:
     with _engine(store).begin() as c:
         c.execute(insert(checkpoint_failures).values(job_id=job_id, epoch=epoch, failed_at=time.time(),
                                                      cause=cause[:2000]))
+
+
+def record_rescale(store, job_id: str, request: dict) -> None:
+    """One row per live rescale: when it was asked for, why, and what it cost."""
+    with _engine(store).begin() as c:
+        c.execute(insert(rescales).values(
+            job_id=job_id, requested_at=request["requested_at"], epoch=request["epoch"],
+            from_parallelism=request["from"], to_parallelism=request["to"], reason=request.get("reason"),
+            pause_ms=request["pause_ms"], key_groups_moved=request.get("moved"),
+            bytes_restored=request.get("bytes_restored")))
+
+
+def rescale_history(store, job_id: str) -> list[dict]:
+    with _engine(store).connect() as c:
+        return [dict(r) for r in c.execute(select(rescales).where(rescales.c.job_id == job_id)
+                                           .order_by(rescales.c.id)).mappings()]
 
 
 def checkpoint_history(store, job_id: str, limit: int = 200) -> list[dict]:

@@ -379,18 +379,26 @@ def _lineage_tree(job_id: str, savepoints_rows: list[dict], runs: list[dict]):
 def rescale(
     job: str = typer.Argument(..., help="job name, id, or job file"),
     parallelism: int = typer.Option(..., "--parallelism", "-p", help="the new parallelism"),
+    restart: bool = typer.Option(False, "--restart", help="stop with a savepoint and start a new driver at the "
+                                 "new parallelism, instead of switching the running driver live"),
     workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
-    log: Optional[str] = typer.Option(None, "--log", help="where the restarted driver writes its output"),
+    log: Optional[str] = typer.Option(None, "--log", help="--restart: where the restarted driver writes its output"),
 ):
-    """One-click rescale: stop with a savepoint, restart from it with the new parallelism (and the
-    options, arguments and folder the job was started with)."""
+    """Rescale a running job. Live by default: the running driver finishes its epoch and runs the next
+    ones at the new parallelism, in the same Spark session. --restart: stop with a savepoint, restart
+    from it at the new parallelism (with the options, arguments and folder the job was started with)."""
     from keyspan.checkpoint.metadata import MetadataStore
 
     opts = _options(workdir, metadata_url)
     store = MetadataStore(opts.metadata())
-    info, _ = _api(store, job)
+    info, api_url = _api(store, job)
     job_id = info["job_id"]
+    if not restart:
+        if _live_rescale(store, info, api_url, parallelism, opts):
+            return
+        err.print(f"keyspan: the driver of job '{job_id}' has no live rescale API (an older keyspan); rescaling "
+                  "with --restart instead: stop with a savepoint, start again at the new parallelism")
     old_run = store.latest_run(job_id)
     t0 = time.time()
     path = _stop(job, True, None, workdir, metadata_url)
@@ -425,6 +433,38 @@ def rescale(
     table.add_row("total", f"{t3 - t0:.2f}")
     out.print(table)
     out.print(f"savepoint: {path}\nnew driver pid {proc.pid}, log: {log}")
+
+
+def _live_rescale(store, info: dict, api_url: str, parallelism: int, opts) -> bool:
+    """Ask the running driver to switch parallelism between two epochs and wait for the outcome;
+    False if its API has no live rescale."""
+    import httpx
+
+    job_id = info["job_id"]
+    try:
+        answer = httpx.post(f"{api_url}/jobs/{job_id}/rescale", json={"parallelism": parallelism,
+                                                                     "reason": "keyspan rescale"},
+                            timeout=330, headers=auth_headers(opts.workdir, load_settings().rest_token))
+    except httpx.TransportError:
+        err.print(f"[red]keyspan: {jobs_cli.not_running(store, job_id)}[/red]")
+        raise typer.Exit(2)
+    if answer.status_code in (404, 405) and answer.json().get("detail") in ("Not Found", "Method Not Allowed"):
+        return False
+    if answer.status_code == 202:
+        err.print(f"[red]keyspan: job '{job_id}' has not committed an epoch at parallelism {parallelism} yet; "
+                  f"`keyspan status {job_id}` shows when it does[/red]")
+        raise typer.Exit(1)
+    if answer.status_code != 200:
+        err.print(f"[red]keyspan: {answer.json().get('detail', answer.text)}[/red]")
+        raise typer.Exit(1)
+    result = answer.json()
+    table = Table(title=f"rescaled job '{job_id}' live from parallelism {result['from']} to {result['to']}")
+    for col in ("first epoch at new parallelism", "pause (ms)", "key groups moved", "state restored (bytes)"):
+        table.add_column(col, justify="right")
+    table.add_row(str(result.get("epoch")), f"{result['pause_ms']:.0f}", str(result.get("moved", 0)),
+                  str(result.get("bytes_restored", 0)))
+    out.print(table)
+    return True
 
 
 def _stored_launch(info: dict) -> dict | None:

@@ -62,6 +62,9 @@ class JobCollector:
         yield _counter("keyspan_numberOfFailedCheckpoints", "failed checkpoints", job, s["failed_checkpoints"])
         yield gauge("restoreDuration", "milliseconds the run's first epoch took after restoring state", s["restore_ms"])
         yield _counter("keyspan_numRestarts", "restarts of the job", job, s["restarts"])
+        yield _counter("keyspan_numRescales", "live rescales of the running job", job, s["rescales"])
+        yield gauge("lastRescalePause", "milliseconds from the last live rescale request to the first epoch "
+                    "committed at the new parallelism", s["last_rescale_pause_ms"])
         yield gauge("currentInputWatermark", "watermark of a source (watermark origin), epoch milliseconds",
                     None, ["source"], [([uid], wm) for uid, wm in s["watermarks"].items()])
         yield gauge("watermarkLag", "wall clock minus watermark, milliseconds", None, ["source"],

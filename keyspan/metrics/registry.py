@@ -39,6 +39,8 @@ class JobMetrics:
         self.last_failure = None
         self.restore_ms = None
         self.restarts = 0
+        self.rescales = 0  # live rescales applied in this driver
+        self.last_rescale_pause_ms = None  # request to the first epoch committed at the new parallelism
         self.watermarks: dict[str, int] = {}
         self.backlog: dict[str, int] = {}
         self.state_size: dict[str, int] = {}  # operator uid → bytes of its state in the latest checkpoint
@@ -86,6 +88,15 @@ class JobMetrics:
 
     def restored(self, seconds: float) -> None:
         self.restore_ms = seconds * 1000
+
+    def set_stages(self, stages: list[dict]) -> None:
+        with self.lock:
+            self.stages = {s["stage"]: s for s in stages}
+
+    def rescaled(self, pause_ms: float) -> None:
+        with self.lock:
+            self.rescales += 1
+            self.last_rescale_pause_ms = pause_ms
 
     def restarted(self) -> None:
         self.restarts += 1
@@ -160,6 +171,7 @@ class JobMetrics:
                 "last_checkpoint": self.last_checkpoint, "completed_checkpoints": self.completed_checkpoints,
                 "failed_checkpoints": self.failed_checkpoints, "last_failure": self.last_failure,
                 "restore_ms": self.restore_ms, "restarts": self.restarts,
+                "rescales": self.rescales, "last_rescale_pause_ms": self.last_rescale_pause_ms,
                 "watermarks": {uid: (None if wm in (LONG_MIN,) else wm) for uid, wm in self.watermarks.items()},
                 "watermark_lag_ms": self.watermark_lag_ms(now), "backlog": dict(self.backlog),
                 "state_size": dict(self.state_size), "operators": operators, "history": list(self.history),

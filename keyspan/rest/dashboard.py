@@ -17,7 +17,7 @@ from importlib import resources
 import httpx
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from keyspan.rest.overview import job_detail, job_row, live_summary
 
@@ -25,7 +25,10 @@ STATIC = resources.files("keyspan.rest") / "static"
 
 
 class RescaleRequest(BaseModel):
-    parallelism: int
+    """Body of ``POST /jobs/{id}/rescale`` (live) and of the dashboard's ``/rescaling`` (restart)."""
+    parallelism: int = Field(..., ge=1)
+    reason: str = "requested"  # recorded with the rescale (an autoscaler says why)
+    timeout_s: float = Field(300.0, ge=0)  # live: how long the call waits for the outcome
 
 
 def _page(name: str) -> HTMLResponse:
@@ -83,12 +86,12 @@ def dashboard_router(store, guard, workdir: str, metadata_url: str | None, live=
 
     @router.post("/jobs/{job_id}/rescaling", dependencies=[Depends(guard.require)])
     def rescale(job_id: str, body: RescaleRequest):
-        """Stop with a savepoint and restart at the new parallelism: the ``keyspan rescale`` command,
-        run detached (it outlives the driver it stops)."""
+        """Stop with a savepoint and restart at the new parallelism: ``keyspan rescale --restart``, run
+        detached (it outlives the driver it stops); the button uses it only where no driver answers."""
         job_or_404(job_id)
         log = os.path.join(os.path.abspath(workdir), "logs", f"rescale-{job_id}-{uuid.uuid4().hex[:6]}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
-        cmd = [sys.executable, "-m", "keyspan", "rescale", job_id, "-p", str(body.parallelism),
+        cmd = [sys.executable, "-m", "keyspan", "rescale", job_id, "-p", str(body.parallelism), "--restart",
                "--workdir", os.path.abspath(workdir)]
         if metadata_url:
             cmd += ["--metadata-url", metadata_url]
@@ -122,5 +125,9 @@ def dashboard_router(store, guard, workdir: str, metadata_url: str | None, live=
         @router.post("/jobs/{job_id}/stop", dependencies=[Depends(guard.require)])
         async def stop(job_id: str, request: Request):
             return await forward(job_id, request, "stop")
+
+        @router.post("/jobs/{job_id}/rescale", dependencies=[Depends(guard.require)])
+        async def rescale_live(job_id: str, request: Request):
+            return await forward(job_id, request, "rescale")
 
     return router

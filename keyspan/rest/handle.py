@@ -27,6 +27,10 @@ class JobHandle(Protocol):
     def stop_request(self) -> dict | None:
         """The pending stop request, if any."""
 
+    def request_rescale(self, parallelism: int, reason: str = "requested") -> dict:
+        """Run at ``parallelism`` from the next epoch on; the returned dict gains ``done`` and either
+        ``error`` or ``from``/``to``/``pause_ms`` once the first epoch at it committed."""
+
     def query_state(self, uid: str, state: str, key: str) -> dict:
         """A key's value in a keyed state as of the last committed checkpoint (JSON-ready); raises
         LookupError naming what is unknown."""

@@ -1,4 +1,5 @@
-"""The running driver's HTTP API (Flink's REST shapes): trigger savepoints, stop with a savepoint.
+"""The running driver's HTTP API (Flink's REST shapes): trigger savepoints, stop with a savepoint,
+rescale live.
 
 It listens on loopback by default; its URL is recorded in the metadata store so that
 ``keyspan savepoint|stop|rescale JOB`` can find a running job by name.
@@ -13,12 +14,13 @@ import uuid
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, Field
 
 from keyspan.common.logs import get_logger
 from keyspan.common.settings import load as load_settings
 from keyspan.rest.auth import TokenGuard, ensure_token, is_loopback
-from keyspan.rest.dashboard import dashboard_router
+from keyspan.rest.dashboard import RescaleRequest, dashboard_router
 from keyspan.rest.handle import JobHandle
 from keyspan.rest.metrics_route import metrics_router
 from keyspan.rest.overview import flink_checkpoints, flink_exceptions, job_row, live_summary
@@ -118,6 +120,20 @@ def build_app(job: JobHandle, guard: TokenGuard) -> FastAPI:
         trigger = uuid.uuid4().hex
         triggers[trigger] = job.request_stop(body.savepoint, body.target_directory, body.drain)
         return {"request-id": trigger}
+
+    @app.post("/jobs/{job_id}/rescale", dependencies=mutating)
+    def rescale(job_id: str, body: RescaleRequest):
+        """Live rescale: the job runs at the new parallelism from the next epoch on, in this driver.
+        Answers once the first epoch at the new parallelism committed (200: ``from``, ``to``,
+        ``pause_ms``), or 409 with the reason it was refused, or 202 if ``timeout_s`` passed first."""
+        check(job_id)
+        request = job.request_rescale(body.parallelism, body.reason)
+        deadline = time.time() + body.timeout_s
+        while not request["done"] and time.time() < deadline:
+            time.sleep(0.05)
+        if request.get("error"):
+            raise HTTPException(409, request["error"])
+        return JSONResponse(dict(request), status_code=200 if request["done"] else 202)
 
     @app.get("/jobs/{job_id}/state/{uid}/{state}", dependencies=reading)
     def queryable_state(job_id: str, uid: str, state: str, key: str):

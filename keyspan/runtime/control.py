@@ -1,7 +1,11 @@
-"""The driver loop's controls: stop requests from outside (REST, CLI) acted on between epochs, and
-the ``JobHandle`` the REST API uses instead of reading the runner's fields."""
+"""The driver loop's controls: stop and rescale requests from outside (REST, CLI, an autoscaler)
+acted on between epochs, and the ``JobHandle`` the REST API uses instead of reading the runner's fields."""
 
 from __future__ import annotations
+
+import os
+import threading
+import time
 
 
 class JobControl:
@@ -10,6 +14,9 @@ class JobControl:
     def __init__(self):
         self.stop_request: dict | None = None
         self.stopped = False
+        self._lock = threading.Lock()
+        self._rescale: dict | None = None  # the rescale request not yet applied
+        self.rescale_requested = threading.Event()  # set while a rescale waits: the loop asks for an epoch
 
     def request_stop(self, savepoint: bool, target: str | None, drain: bool = False) -> dict:
         if self.stop_request is None:
@@ -19,6 +26,31 @@ class JobControl:
     def stop_due(self, in_epoch: bool) -> bool:
         """Stop at an epoch boundary: the current epoch finishes and commits first."""
         return self.stop_request is not None and not self.stopped and not in_epoch
+
+    def request_rescale(self, parallelism: int, reason: str = "requested") -> dict:
+        """Ask for ``parallelism`` from the next epoch on (thread-safe). The returned dict gains
+        ``done`` and either ``error`` or ``from``/``to``/``pause_ms`` once the first epoch at the new
+        parallelism committed; a newer request replaces one not yet applied."""
+        request = {"parallelism": int(parallelism), "reason": reason, "requested_at": time.time(), "done": False}
+        with self._lock:
+            older, self._rescale = self._rescale, request
+            self.rescale_requested.set()
+        if older is not None:
+            older.update(done=True, error=f"superseded by a request for parallelism {parallelism}")
+        return request
+
+    def take_rescale(self) -> dict | None:
+        """The pending rescale request, handed to the loop once (at an epoch boundary)."""
+        with self._lock:
+            request, self._rescale = self._rescale, None
+            self.rescale_requested.clear()
+        return request
+
+    def cancel_rescale(self, why: str) -> None:
+        """The run ends before a pending rescale could apply."""
+        request = self.take_rescale()
+        if request is not None:
+            request.update(done=True, error=why)
 
 
 class RunnerHandle:
@@ -40,7 +72,8 @@ class RunnerHandle:
         return {"jid": runner.job_id, "name": runner.job_name,
                 "state": "STOPPING" if runner.control.stop_request else "RUNNING",
                 "parallelism": runner.parallelism, "epochs": runner.progress.epochs,
-                "records": runner.progress.records, "last-checkpoint": committed["epoch"] if committed else None}
+                "records": runner.progress.records, "last-checkpoint": committed["epoch"] if committed else None,
+                "driver-pid": os.getpid(), "spark-application-id": runner.application_id}
 
     def take_savepoint(self, target: str | None) -> str:
         return self._runner.take_savepoint(target)
@@ -50,6 +83,9 @@ class RunnerHandle:
 
     def stop_request(self) -> dict | None:
         return self._runner.control.stop_request
+
+    def request_rescale(self, parallelism: int, reason: str = "requested") -> dict:
+        return self._runner.control.request_rescale(parallelism, reason)
 
     def query_state(self, uid: str, state: str, key: str) -> dict:
         """One key's value as of the last committed checkpoint (files kept while they are read)."""

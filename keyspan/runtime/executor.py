@@ -54,7 +54,7 @@ from keyspan.runtime.planner import InputFormat, compile_graph
 from keyspan.runtime.progress_display import ProgressDisplay
 from keyspan.runtime.protocol import EpochContext, TimeContext, UserFunctionError
 from keyspan.runtime.spark_plan import SparkStages
-from keyspan.state.keygroups import check_parallelism
+from keyspan.state.keygroups import check_parallelism, compute_operator_index_for_key_group
 
 
 log = logs.get_logger("keyspan.runtime")
@@ -89,7 +89,8 @@ def run_with_restarts(env, job_name: str, options, fresh: bool = False) -> JobEx
                         runner.job_id, first_line, tracker.restarts, delay / 1000, strategy.get_description())
             time.sleep(delay / 1000)
             fresh = False  # a restart continues what the failed run committed
-            options = dataclasses.replace(options, fresh=False, savepoint_path=None)
+            # ... at the parallelism it last ran with (a live rescale may have changed it)
+            options = dataclasses.replace(options, fresh=False, savepoint_path=None, parallelism=runner.parallelism)
 
 
 def job_id_for(name: str) -> str:
@@ -154,6 +155,8 @@ class JobRunner:
         self.query = None
         self.stream_schema = None  # the source stream's schema: an epoch without records is built from it
         self._in_epoch = False
+        self.rescaling: dict | None = None  # a live rescale applied, until its first epoch commits
+        self.application_id = None  # the Spark application the run's epochs run in (a live rescale keeps it)
         self.on_cluster = False  # a master whose executors may run on other hosts (set with the session)
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -376,9 +379,7 @@ class JobRunner:
         self.parallel_changed = latest is not None and latest["parallelism"] != self.parallelism
         self.coordinator = CheckpointCoordinator(
             self.store, self.storage, self.job_id, retained=self.checkpoint_config.num_retained,
-            tolerable_failures=self.checkpoint_config.tolerable_failures,
-            expected=[(s.plan.stage_id, s.plan.parallelism) for s in plan.stages
-                      if s.source is None and s.plan.input_format != InputFormat.PUSHED_DOWN],
+            tolerable_failures=self.checkpoint_config.tolerable_failures, expected=_expected_reports(plan),
             counted={s.plan.stage_id for s in plan.stages
                      if s.source is not None or s.plan.input_format == InputFormat.TYPED_KEYED},
             sinks=plan.task_sinks, operators=plan.operators, committed=latest, lease=self.lease,
@@ -417,6 +418,8 @@ class JobRunner:
             while query.isActive:
                 query.awaitTermination(0.2)
                 self.progress.update()
+                if self.control.rescale_requested.is_set() and not bounded:
+                    self._wake_now()  # an idle job runs an epoch for the rescale to apply at
                 if self.control.stop_due(self._in_epoch):
                     self._stop_with_savepoint()
                     status = "STOPPED"
@@ -426,6 +429,10 @@ class JobRunner:
             if not self.control.stopped:  # a batch Spark started while stopping ends the query with an error
                 self._fail(self.failure or exc)
         finally:
+            self.control.cancel_rescale(f"job '{self.job_id}' stopped before the rescale could apply")
+            if self.rescaling is not None:
+                self.rescaling.update(done=True, error=f"job '{self.job_id}' stopped before an epoch committed at "
+                                                       f"parallelism {self.rescaling['to']}")
             self.progress.done()
             if api is not None:
                 api.close()
@@ -455,6 +462,7 @@ class JobRunner:
             cores, self.options.spark_master, conf, ui=self.options.spark_ui,
             dependencies=self.env.get_python_dependencies())
         master = spark.sparkContext.master
+        self.application_id = spark.sparkContext.applicationId
         self.on_cluster = not spark_session.is_single_host(master)
         if self.on_cluster and not self.options.allow_local_storage:
             for what, uri in (("checkpoint storage", self.storage.uri), ("savepoint directory",
@@ -601,6 +609,9 @@ class JobRunner:
         if self.control.stopped:
             # never return normally here: Spark would record the batch as done without its data
             raise RuntimeError(f"job '{self.job_id}' is stopping; epoch left for the next run")
+        request = self.control.take_rescale()
+        if request is not None:
+            self._rescale(request)
         epoch = self.run_info["epoch_base"] + batch_id
         if self.committed is not None and epoch <= self.committed["epoch"]:
             self.progress.skipped += 1
@@ -642,6 +653,10 @@ class JobRunner:
         except BaseException as exc:
             if not isinstance(self.failure, Fenced):  # losing the lease stops the query: that is the cause
                 self.failure = exc
+            if self.rescaling is not None:
+                self.rescaling.update(done=True, error=f"the first epoch at parallelism {self.rescaling['to']} "
+                                                       f"failed: {_summary(exc)}")
+                self.rescaling = None
             raise
         finally:
             self._in_epoch = False
@@ -709,11 +724,79 @@ class JobRunner:
         self.parallel_changed = False
         self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)
+        if self.rescaling is not None:
+            self._rescaled(epoch, reports)
         self._deliver(driver_rows)
         self._schedule_wake(reports, time_ctx.now)
         self.progress.epochs += 1
         self.progress.records += self.committed["records"]
         self.progress.last_checkpoint = epoch
+
+    # -- live rescale ------------------------------------------------------------------------------
+    def _rescale(self, request: dict) -> None:
+        """Switch to the requested parallelism between two epochs, in this driver and Spark session:
+        the plan is compiled again, and the next epoch's subtasks restore the key groups they now own
+        (and redistributed operator state) from the committed checkpoint, as a restore would; that
+        epoch writes full snapshots, so its checkpoint restores at any parallelism."""
+        new, old = request["parallelism"], self.parallelism
+        request.update({"from": old, "to": new})
+        if new == old:
+            request.update(done=True, pause_ms=0.0, epoch=self.committed["epoch"] if self.committed else None)
+            return
+        try:
+            check_parallelism(new, self.max_parallelism)
+            plan = compile_graph(self.env.get_transformations(), new, self.max_parallelism,
+                                 chaining=self.env.is_chaining_enabled())
+        except ValueError as exc:
+            request.update(done=True, error=f"job '{self.job_id}' cannot run at parallelism {new}: {exc}")
+            return
+        request["moved"] = _moved_key_groups(self.plan, plan)
+        self.plan, self.parallelism = plan, new
+        self.stages.replan(plan)
+        self.coordinator.expected = _expected_reports(plan)
+        self.observer.replanned(plan)
+        self.parallel_changed = True
+        self.rescaling = request
+        self._request_executors(new)
+        print(f"keyspan: job '{self.job_id}': rescaling live from parallelism {old} to {new} ({request['reason']})",
+              file=sys.stderr)
+
+    def _rescaled(self, epoch: int, reports: dict) -> None:
+        """The first epoch at the new parallelism committed: the rescale is done."""
+        request, self.rescaling = self.rescaling, None
+        restored = sum(r.restored_bytes for r in reports.values())
+        request.update(done=True, epoch=epoch, pause_ms=(time.time() - request["requested_at"]) * 1000,
+                       bytes_restored=restored)
+        self.observer.rescaled(request)
+        print(f"keyspan: job '{self.job_id}' runs at parallelism {request['to']} from epoch {epoch} (pause "
+              f"{request['pause_ms']:.0f} ms, {request['moved']} key groups changed subtask, {restored} bytes "
+              "of state restored)", file=sys.stderr)
+
+    def _request_executors(self, parallelism: int) -> None:
+        """On a cluster that grants executors on demand, ask for as many as ``parallelism`` tasks need
+        (Spark's ``SparkContext.requestTotalExecutors``); a local master has nothing to ask for."""
+        sc = self.stages.spark.sparkContext
+        if not self.on_cluster:
+            return
+        conf = sc.getConf()
+        per_executor = max(1, int(conf.get("spark.executor.cores", "1")) // int(conf.get("spark.task.cpus", "1")))
+        executors = -(-parallelism // per_executor)
+        try:
+            granted = sc._jsc.sc().requestTotalExecutors(executors, 0, sc._jvm.PythonUtils.toScalaMap({}))
+        except Exception as exc:  # noqa: BLE001 — the epochs run on the executors there are
+            log.warning("job '%s': asking Spark for %d executor(s) failed: %s", self.job_id, executors, exc)
+            return
+        log.info("job '%s': asked Spark for %d executor(s) for parallelism %d (accepted: %s)", self.job_id,
+                 executors, parallelism, granted)
+
+    def _wake_now(self) -> None:
+        """Make the sources start an epoch at the next trigger even without new records."""
+        path = self._wake_file()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"wake_at": wall_clock_ms()}, f)
+        os.replace(tmp, path)
 
     def _deliver(self, driver_rows) -> None:
         by_sink: dict[int, dict[int, list]] = {}
@@ -723,6 +806,24 @@ class JobRunner:
         for sink_index, records_by_subtask in by_sink.items():
             sink, parallelism = self.plan.driver_sinks[sink_index]
             sink.deliver(records_by_subtask, parallelism)
+
+
+def _expected_reports(plan) -> list[tuple[int, int]]:
+    """(stage, parallelism) of every stage each of whose subtasks must report for an epoch to commit."""
+    return [(s.plan.stage_id, s.plan.parallelism) for s in plan.stages
+            if s.source is None and s.plan.input_format != InputFormat.PUSHED_DOWN]
+
+
+def _moved_key_groups(old_plan, new_plan) -> int:
+    """Key groups of keyed stages whose owning subtask changes between the two plans."""
+    moved = 0
+    for before, after in zip(old_plan.stages, new_plan.stages):
+        if not after.plan.keyed or before.plan.parallelism == after.plan.parallelism:
+            continue
+        m = after.plan.max_parallelism
+        moved += sum(compute_operator_index_for_key_group(m, before.plan.parallelism, kg)
+                     != compute_operator_index_for_key_group(m, after.plan.parallelism, kg) for kg in range(m))
+    return moved
 
 
 def _batch_mode(env, plan, job_id: str) -> bool:

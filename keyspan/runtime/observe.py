@@ -11,17 +11,20 @@ from keyspan.metrics.prometheus import job_registry
 from keyspan.metrics.registry import JobMetrics
 
 
+def _stages(plan) -> list[dict]:
+    stages = []
+    for s in plan.stages:
+        ops = s.plan.ops
+        stages.append({"stage": s.plan.stage_id, "operator": ops[0].uid if ops else f"stage-{s.plan.stage_id}",
+                       "name": " -> ".join(op.name for op in ops), "uids": [op.uid for op in ops],
+                       "parallelism": s.plan.parallelism, "source": s.source is not None})
+    return stages
+
+
 class JobObserver:
     def __init__(self, runner):
-        plan = runner.plan
         self.runner = runner
-        stages = []
-        for s in plan.stages:
-            ops = s.plan.ops
-            stages.append({"stage": s.plan.stage_id, "operator": ops[0].uid if ops else f"stage-{s.plan.stage_id}",
-                           "name": " -> ".join(op.name for op in ops), "uids": [op.uid for op in ops],
-                           "parallelism": s.plan.parallelism, "source": s.source is not None})
-        self.metrics = JobMetrics(runner.job_id, stages)
+        self.metrics = JobMetrics(runner.job_id, _stages(runner.plan))
         self.metrics.restarts = max(0, len(runner.store.list_runs(runner.job_id)) - 1)
         self.registry = job_registry(self.metrics)
         self.sources = {}  # source index → (operator uid, reader) of the sources that can tell their backlog
@@ -55,6 +58,15 @@ class JobObserver:
         self._record_backlog()
         if self.autoscaler is not None:
             self.autoscaler.epoch_committed(autoscaler.sample_of(self.runner, reports, started, ended))
+
+    def replanned(self, plan) -> None:
+        """A live rescale: the tasks shown per operator follow the new parallelism."""
+        self.metrics.set_stages(_stages(plan))
+
+    def rescaled(self, request: dict) -> None:
+        """A live rescale's first epoch committed: count it, and keep a row of it in the metadata store."""
+        self.metrics.rescaled(request["pause_ms"])
+        checkpoint_stats.record_rescale(self.runner.store, self.runner.job_id, request)
 
     def checkpoint_failed(self, epoch: int, cause: str) -> None:
         self.metrics.checkpoint_failed(epoch, cause)

@@ -31,6 +31,11 @@ class SparkStages:
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
 
+    def replan(self, plan: PhysicalPlan) -> None:
+        """Run the next epochs with ``plan`` (a live rescale); the source stream stays as it is."""
+        self.plan = plan
+        self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
+
     def _stage_of(self, source):
         return next(s for s in self.plan.stages if s.source is source)
 

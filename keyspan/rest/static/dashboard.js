@@ -111,10 +111,20 @@ const keyspan = (() => {
   async function trigger(kind) {
     const id = encodeURIComponent(jobId()), msg = $("message");
     try {
-      if (kind === "rescale") {
+      if (kind === "rescale") {  // live in the running driver; a restart only where no driver answers
         const p = parseInt($("rescale-p").value, 10);
-        const r = await call("POST", `/jobs/${id}/rescaling`, {parallelism: p});
-        msg.textContent = `rescaling to parallelism ${p} (log: ${r.log})`; return;
+        msg.textContent = `rescaling live to parallelism ${p}…`;
+        let r;
+        try {
+          r = await call("POST", `/jobs/${id}/rescale`, {parallelism: p, reason: "dashboard", timeout_s: 25});
+        } catch (e) {
+          if (!/not running|no running job|Not Found/.test(e.message)) throw e;
+          r = await call("POST", `/jobs/${id}/rescaling`, {parallelism: p});
+          msg.textContent = `no running driver answered: restarting at parallelism ${p} (log: ${r.log})`; return;
+        }
+        msg.textContent = r.done ? `rescaled live from ${r.from} to ${r.to}: epoch ${r.epoch} ran at ${r.to}, ` +
+          `${Math.round(r.pause_ms)} ms after the request` : `rescale to ${p} requested; it applies at the next epoch`;
+        refreshJob(); return;
       }
       const body = kind === "stop" ? {targetDirectory: null, drain: false} : {"cancel-job": false};
       const r = await call("POST", `/jobs/${id}/${kind === "stop" ? "stop" : "savepoints"}`, body);

@@ -57,6 +57,17 @@ def evict_idle_instances(run_id: str) -> None:
                 close()
 
 
+def drop_other_parallelism(run_id: str, uid: str, parallelism: int) -> None:
+    """After a live rescale, instances cached at the old parallelism hold key groups (or operator
+    state) that other subtasks now own and restore: free them."""
+    for key, inst in list(_INSTANCES.items()):
+        if key[0] == run_id and key[1] == uid and inst.parallelism != parallelism:
+            del _INSTANCES[key]
+            close = getattr(inst.backend, "close", None)
+            if close is not None:
+                close()
+
+
 class OperatorInstance:
     """An operator instance with its state — a keyed state backend for a keyed operator, an operator
     state store for a CheckpointedFunction or a broadcast-process operator — that lives in the worker
@@ -67,6 +78,7 @@ class OperatorInstance:
     def __init__(self, op, plan, subtask: int, attempt: int, backend_spec, key_groups: range | None,
                  cache_key: tuple, job_parameters: dict | None = None):
         self.op = op
+        self.parallelism = plan.parallelism
         self.key_groups = key_groups
         self.cache_key = cache_key
         self.last_used = time.monotonic()
@@ -114,6 +126,7 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     """The operator's instance for this epoch, as of the committed checkpoint: the cached one settled
     (and caught up), or a new one restored; also the state bytes read for it."""
     evict_idle_instances(ctx.run_id)
+    drop_other_parallelism(ctx.run_id, op.uid, plan.parallelism)
     if keyed:
         key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
         cache_key = (ctx.run_id, op.uid, subtask, key_groups.start, key_groups.stop)
