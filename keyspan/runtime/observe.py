@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 from keyspan.checkpoint import stats as checkpoint_stats
-from keyspan.runtime import autoscaler
 from keyspan.metrics.prometheus import job_registry
 from keyspan.metrics.registry import JobMetrics
+from keyspan.runtime import autoscaler
 
 
 def _stages(plan) -> list[dict]:
@@ -32,7 +32,8 @@ class JobObserver:
         self.epoch_end = None
         self.restoring = runner.committed is not None
         runner.progress.metrics = self.metrics
-        self.autoscaler = autoscaler.JobAutoscaler(runner, runner.autoscale, self.metrics) if runner.autoscale else None
+        self.autoscaler = (autoscaler.JobAutoscaler(runner, runner.autoscale, self.metrics)
+                           if runner.autoscale else None)
 
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
