@@ -30,7 +30,7 @@ import os
 import sys
 import time
 
-from keyspan.common import Configuration
+from keyspan.common import Configuration, JobStatus
 from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch, split_range
 from keyspan.datastream import KeyedProcessFunction, SinkFunction, StreamExecutionEnvironment
 from keyspan.datastream.state import ValueStateDescriptor
@@ -43,16 +43,26 @@ def impression(i: int, campaigns: int) -> tuple[int, int]:
 
 
 class FeedReader(SourceReader):
-    """Impressions ``0..total-1`` arrive at ``rate`` per second from ``t0``; during the outage
-    (``outage`` = (from, until) seconds after ``t0``) the source cannot read any of them."""
+    """Impressions ``0..total-1`` arrive at ``rate`` per second from the time written in ``clock``
+    (the demo writes it once the job runs, so a slow Spark start does not count); during the outage
+    (``outage`` = (from, until) seconds after that) the source cannot read any of them."""
 
     bounded = False
 
-    def __init__(self, total: int, rate: float, campaigns: int, t0: float, outage: tuple[float, float]):
-        self.total, self.rate, self.campaigns, self.t0, self.outage = total, rate, campaigns, t0, outage
+    def __init__(self, total: int, rate: float, campaigns: int, clock: str, outage: tuple[float, float]):
+        self.total, self.rate, self.campaigns, self.clock, self.outage = total, rate, campaigns, clock, outage
+        self._t0: float | None = None
+
+    def t0(self) -> float | None:
+        if self._t0 is None and os.path.exists(self.clock):
+            with open(self.clock) as f:
+                self._t0 = float(f.read())
+        return self._t0
 
     def arrived(self, now: float | None = None) -> int:
-        return max(0, min(self.total, int(((now or time.time()) - self.t0) * self.rate)))
+        if self.t0() is None:
+            return 0
+        return max(0, min(self.total, int(((now or time.time()) - self.t0()) * self.rate)))
 
     def end_offset(self):
         return None
@@ -61,7 +71,7 @@ class FeedReader(SourceReader):
         return self.arrived() - (offset or self.initial_offset())["index"]
 
     def latest_offset(self, start, max_records):
-        since = time.time() - self.t0
+        since = time.time() - (self.t0() or time.time())
         if self.outage[0] <= since < self.outage[1]:
             return {"index": start["index"]}  # S3 is down: nothing can be read
         end = self.arrived()
@@ -79,16 +89,22 @@ class ImpressionFeed(KeyspanSource):
     name = "Impression Feed"
     bounded = False
 
-    def __init__(self, total: int, rate: float, campaigns: int, outage: tuple[float, float]):
-        self.total, self.rate, self.campaigns, self.outage = total, rate, campaigns, outage
-        self.t0: float | None = None  # arrivals start when the job first reads (Spark is up by then)
+    def __init__(self, total: int, rate: float, campaigns: int, outage: tuple[float, float], clock: str):
+        self.total, self.rate, self.campaigns, self.outage, self.clock = total, rate, campaigns, outage, clock
 
     def fingerprint(self) -> str:
         return f"impressions:{self.total}:{self.campaigns}"
 
+    def start_clock(self) -> float:
+        """Impressions start arriving now."""
+        t0 = time.time()
+        with open(self.clock + ".tmp", "w") as f:
+            f.write(repr(t0))
+        os.replace(self.clock + ".tmp", self.clock)
+        return t0
+
     def reader(self, storage, uid):
-        self.t0 = self.t0 or time.time()
-        return FeedReader(self.total, self.rate, self.campaigns, self.t0, self.outage)
+        return FeedReader(self.total, self.rate, self.campaigns, self.clock, self.outage)
 
 
 class CampaignSpend(KeyedProcessFunction):
@@ -154,7 +170,11 @@ def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float
     """One run of the scenario; returns the books, the curve, the decisions and timings. ``fixed``:
     no rescaling, the job runs at that parallelism (the autoscaler only watches)."""
     total = int(rate * (lead + outage + after))
-    feed = ImpressionFeed(total, rate, campaigns, (lead, lead + outage))
+    clock = os.path.join(os.path.abspath(run_options.current().workdir), f"{job_name}.clock")
+    os.makedirs(os.path.dirname(clock), exist_ok=True)
+    if os.path.exists(clock):
+        os.remove(clock)  # the demo's own file: the previous run's start time
+    feed = ImpressionFeed(total, rate, campaigns, (lead, lead + outage), clock)
     parallelism = fixed or low
     env = StreamExecutionEnvironment.get_execution_environment(
         autoscaler_configuration(fixed or low, fixed or high, scaling=fixed is None, **(settings or {})))
@@ -163,6 +183,9 @@ def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float
     env.set_max_records_per_epoch(max_per_epoch or int(rate * 10))
     books = build_job(env, feed, cost_ms)
     client = env.execute_async(job_name)
+    while client.get_job_status().result() != JobStatus.RUNNING and not client.get_job_execution_result().done():
+        time.sleep(0.1)
+    t0 = feed.start_clock()
     while books.received < total:
         done = client.get_job_execution_result()
         if done.done():
@@ -178,13 +201,13 @@ def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float
         c, cents = impression(i, campaigns)
         n, s = expected.get(c, (0, 0))
         expected[c] = (n + 1, s + cents)
-    curve = [{**p, "t": p["t"] - feed.t0} for p in status.get("curve", [])]
+    curve = [{**p, "t": p["t"] - t0} for p in status.get("curve", [])]
     lifted = lead + outage
     caught = next((p["t"] for p in curve if p["t"] > lifted and p["backlog"] is not None
                    and p["backlog"] <= rate * 2), None)
     return {"total": total, "received": books.received, "latest": books.latest, "expected": expected,
-            "curve": curve, "decisions": [{**d, "at": d["at"] - feed.t0} for d in status.get("decisions", [])],
-            "outage": (lead, lifted), "lifted_at": lifted, "caught_up_at": caught, "finished_at": finished - feed.t0,
+            "curve": curve, "decisions": [{**d, "at": d["at"] - t0} for d in status.get("decisions", [])],
+            "outage": (lead, lifted), "lifted_at": lifted, "caught_up_at": caught, "finished_at": finished - t0,
             "catch_up_s": None if caught is None else caught - lifted, "epochs": result.epochs,
             "metrics": result.metrics}
 

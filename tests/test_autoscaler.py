@@ -158,8 +158,8 @@ def _demo():
 
 def test_backlog_scales_the_running_job_up_then_down_with_exact_output(workdir, spark):
     demo = _demo()
-    # 40 impressions/s, cut off for 6 s, then 40 s more; 10 ms of waiting per impression (100/s per subtask)
-    r = demo.run(rate=40, outage=6, after=40, campaigns=16, cost_ms=10, low=1, high=3, lead=2, job_name="autoscale-e2e",
+    # 40 impressions/s, cut off for 6 s, then 60 s more; 10 ms of waiting per impression (100/s per subtask)
+    r = demo.run(rate=40, outage=6, after=60, campaigns=16, cost_ms=10, low=1, high=3, lead=2, job_name="autoscale-e2e",
                  settings={"metrics.window": "2 s", "stabilization.interval": "2 s", "catch-up.duration": "5 s",
                            "scale-up.grace-period": "4 s", "scale-down.interval": "2 s"})
     assert r["received"] == r["total"] and r["latest"] == r["expected"], "books do not balance"
@@ -194,3 +194,23 @@ def test_advisory_mode_reports_decisions_without_rescaling(workdir, spark):
     text = generate_latest(job_registry(r["metrics"])).decode()
     assert 'keyspan_autoscaler_currentParallelism{job="autoscale-advisory"} 1.0' in text
     assert 'keyspan_autoscaler_maxParallelism{job="autoscale-advisory"} 1.0' in text
+
+
+def test_bad_settings_stop_the_job_before_it_starts(tmp_path):
+    """A mistyped key or bound fails fast with a line naming it (no Spark started)."""
+    import subprocess
+
+    from keyspan.datastream import StreamExecutionEnvironment
+    from keyspan.runtime.executor import JobExecutionError, JobRunner
+    from keyspan.runtime.options import RunOptions
+
+    env = StreamExecutionEnvironment.get_execution_environment(
+        Configuration().set_string("job.autoscaler.scale-down.intervall", "10 s"))
+    env.from_collection([1, 2]).print()
+    with pytest.raises(JobExecutionError, match="unknown configuration key 'job.autoscaler.scale-down.intervall'"):
+        JobRunner(env, "bad-autoscaler", RunOptions(workdir=str(tmp_path / "wd")))
+    job = tmp_path / "job.py"
+    job.write_text("raise SystemExit('the job must not run')\n")
+    run = subprocess.run([sys.executable, "-m", "keyspan", "run", str(job), "--autoscale", "4..2"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 2 and "--autoscale '4..2': need 1 <= MIN <= MAX" in run.stderr, run.stderr

@@ -128,10 +128,12 @@ class JobRunner:
         self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
                                   chaining=env.is_chaining_enabled())
         self.batch = _batch_mode(env, self.plan, self.job_id)
-        try:  # job.autoscaler.* and --autoscale: checked before anything starts
-            self.autoscale = None if self.batch else autoscaler.options_for(env, options, self.job_id)
+        try:  # job.autoscaler.* and --autoscale: checked before anything starts; a batch job runs one epoch
+            self.autoscale = autoscaler.options_for(env, options, self.job_id)
         except ValueError as exc:
             raise JobExecutionError(str(exc)) from None
+        if self.batch:
+            self.autoscale = None
         self.fingerprint = hashlib.sha256(json.dumps(
             [[(o["uid"], o["kind"]) for o in self.plan.operators], [t.spec.fingerprint() for t in self.plan.sources]]
         ).encode()).hexdigest()[:16]
