@@ -166,9 +166,10 @@ def autoscaler_configuration(low: int, high: int, scaling: bool = True, **settin
 
 def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float, low: int, high: int,
         fixed: int | None = None, lead: float = 5.0, max_per_epoch: int | None = None, job_name="catch-up-demo",
-        settings: dict | None = None) -> dict:
+        settings: dict | None = None, settle: float = 0.0) -> dict:
     """One run of the scenario; returns the books, the curve, the decisions and timings. ``fixed``:
-    no rescaling, the job runs at that parallelism (the autoscaler only watches)."""
+    no rescaling, the job runs at that parallelism (the autoscaler only watches). ``settle``: seconds
+    the job keeps running after the last impression was delivered, for a last rescale to apply."""
     total = int(rate * (lead + outage + after))
     clock = os.path.join(os.path.abspath(run_options.current().workdir), f"{job_name}.clock")
     os.makedirs(os.path.dirname(clock), exist_ok=True)
@@ -193,6 +194,7 @@ def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float
             break
         time.sleep(0.2)
     finished = time.time()
+    time.sleep(settle)
     client.cancel().result()
     result = client.get_job_execution_result().result()
     status = result.metrics.autoscaler or {}
@@ -287,6 +289,7 @@ def main():
     ap.add_argument("--autoscale", default="1..4", help="the autoscaler's bounds MIN..MAX")
     ap.add_argument("--fixed", type=int, default=None, help="no autoscaling: run at this parallelism")
     ap.add_argument("--plot", default=None, help="write the lag curve to this SVG file")
+    ap.add_argument("--settle", type=float, default=15, help="seconds to keep running after the last impression")
     args, _ = ap.parse_known_args()
     from keyspan.runtime.autoscaler import parse_bounds
 
@@ -297,7 +300,8 @@ def main():
     print(f"impressions arrive at {args.rate:g}/s; the source is cut off from {5}s to {5 + args.outage:g}s "
           f"(the outage); {args.cost_ms:g} ms of work per impression; autoscaler bounds {low}..{high}"
           + (f"; FIXED parallelism {args.fixed}" if args.fixed else ""))
-    r = run(args.rate, args.outage, args.after, args.campaigns, args.cost_ms, low, high, fixed=args.fixed)
+    r = run(args.rate, args.outage, args.after, args.campaigns, args.cost_ms, low, high, fixed=args.fixed,
+            settle=args.settle)
     print_report(r)
     if args.plot:
         write_svg([("autoscaled" if not args.fixed else f"parallelism {args.fixed}", r)], args.plot)

@@ -3,7 +3,8 @@
 Modelled on the Flink Kubernetes operator's autoscaler (same option names under ``job.autoscaler.``,
 same formula), but it acts between two epochs of the running job instead of restarting it:
 
-* true processing rate of a subtask = records it processed / seconds it was busy doing so;
+* true processing rate of a stage = records it processed / seconds its busiest subtask was busy (the
+  busiest subtask limits the stage, as in Flink since FLINK-30652); per subtask: that / parallelism;
 * target rate = input rate (records read + growth of the backlog, per second) + backlog / catch-up duration;
 * a stage scales up when its capacity (true rate × parallelism) is below the target rate at the upper
   utilization bound, down when above it at the lower bound, and holds in between (the hysteresis band);
@@ -174,7 +175,7 @@ class EpochSample:
     parallelism: int  # the job's parallelism during the epoch
     source_records: int  # records the sources read in the epoch
     backlog: int | None  # records the sources have not read yet, after the epoch (None: unknown)
-    stages: dict[int, tuple[int, float]]  # stage → (records processed, busy seconds summed over its subtasks)
+    stages: dict[int, tuple[int, float]]  # stage → (records processed, busy seconds of its busiest subtask)
     epoch_s: float = 0.0  # the epoch's duration, start to commit
     interval_s: float = 0.0  # the trigger interval
 
@@ -262,13 +263,13 @@ class AutoscalerPolicy:
         wanted = []  # (stage, desired parallelism, utilization, true rate per subtask)
         for stage in samples[-1].stages:
             records = sum(s.stages.get(stage, (0, 0.0))[0] for s in samples)
-            busy = sum(s.stages.get(stage, (0, 0.0))[1] for s in samples)
+            busy = sum(s.stages.get(stage, (0, 0.0))[1] for s in samples)  # of the busiest subtask
             if records == 0 or busy <= 0:
                 continue
-            true_rate = records / busy  # per busy second of one subtask
+            capacity = records / busy  # what the stage handles at full load
+            true_rate = capacity / p  # per subtask
             stage_target = target_rate * (records / read) if read else target_rate
-            utilization = busy / (span * p)
-            capacity = true_rate * p
+            utilization = busy / span
             too_slow = capacity < stage_target / o.upper_utilization  # would run above the band
             too_idle = capacity > stage_target / max(o.lower_utilization, 1e-9)  # would run below it
             desired = math.ceil(stage_target / (true_rate * o.target_utilization)) if too_slow or too_idle else p
@@ -370,15 +371,16 @@ class JobAutoscaler:
 
 
 def sample_of(runner, reports: dict, started: float, ended: float) -> EpochSample:
-    """The autoscaler's view of a committed epoch: records and busy time per stage from the task
-    reports, what the sources read and still have to read (in records; file backlogs count as unknown)."""
+    """The autoscaler's view of a committed epoch: records and the busiest subtask's busy time per
+    stage from the task reports, what the sources read and still have to read (in records; a file
+    source's backlog, counted in files, makes it unknown)."""
     stages: dict[int, list] = {}
     source_stages = {s.plan.stage_id for s in runner.plan.stages if s.source is not None}
     read = 0
     for (stage, _), report in reports.items():
         entry = stages.setdefault(stage, [0, 0.0])
         entry[0] += report.records
-        entry[1] += report.busy_ms / 1000
+        entry[1] = max(entry[1], report.busy_ms / 1000)
         if stage in source_stages:
             read += report.records
     backlog = runner.observer.metrics.backlog  # recorded by the observer for this epoch just before
