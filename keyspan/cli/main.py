@@ -21,6 +21,7 @@ from keyspan.cli import state as state_cli  # state processor
 from keyspan.common.settings import load as load_settings  # observability
 from keyspan.rest.auth import auth_headers  # observability
 from keyspan.runtime import options as run_options
+from keyspan.runtime.autoscaler import parse_bounds  # autoscaler: --autoscale MIN..MAX
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="keyspan: Flink's state model on Spark. Run PyFlink-style jobs with exactly-once state.")
@@ -68,6 +69,9 @@ def run(
                                                    "its latest checkpoint up to N times (unless the job sets "
                                                    "its own restart strategy)"),
     restart_delay: float = typer.Option(10.0, "--restart-delay", help="seconds to wait before each restart"),
+    autoscale: Optional[str] = typer.Option(None, "--autoscale", help="let keyspan rescale the running job "
+                                            "between MIN..MAX subtasks as its backlog and load change "
+                                            "(docs/autoscaling.md)"),
     detached: bool = typer.Option(False, "--detached", "-d", help="run in the background: print the job id and "
                                   "the log file (under the workdir) and return"),
 ):
@@ -92,17 +96,23 @@ def run(
         spark_conf[key.strip()] = value
     if master:
         spark_conf["spark.master"] = master
+    try:
+        bounds = parse_bounds(autoscale) if autoscale is not None else None
+    except ValueError as exc:
+        err.print(f"keyspan: {exc}", style="red", highlight=False, markup=False)
+        raise typer.Exit(2)
     opts = _options(workdir, metadata_url, parallelism=parallelism, checkpoint_dir=checkpoint_dir,
                     fresh=fresh, job_file=os.path.abspath(job), progress=progress and not detached,
                     savepoint_path=from_savepoint, allow_non_restored_state=allow_non_restored_state,
                     spark_conf=spark_conf, spark_ui=spark_ui, restart_attempts=restart_attempts,
-                    restart_delay_s=restart_delay, code_dir=os.path.dirname(os.path.abspath(job)))
+                    restart_delay_s=restart_delay, code_dir=os.path.dirname(os.path.abspath(job)),
+                    autoscale=bounds)
     opts.allow_local_storage = opts.allow_local_storage or allow_local_storage
     opts.launch = {"job_file": os.path.abspath(job), "args": list(ctx.args), "cwd": os.getcwd(),
                    "code_dir": opts.code_dir, "workdir": os.path.abspath(opts.workdir),
                    "metadata_url": metadata_url, "checkpoint_dir": checkpoint_dir, "conf": list(conf or []),
                    "master": master, "spark_ui": spark_ui, "allow_local_storage": allow_local_storage,
-                   "restart_attempts": restart_attempts, "restart_delay": restart_delay}
+                   "restart_attempts": restart_attempts, "restart_delay": restart_delay, "autoscale": autoscale}
     if detached:
         _run_detached(opts, fresh=fresh, from_savepoint=from_savepoint, parallelism=parallelism,
                       allow_non_restored_state=allow_non_restored_state)
@@ -142,7 +152,7 @@ def launch_command(launch: dict, job_file: str | None = None, **flags) -> list[s
     (``parallelism=4``, ``fromSavepoint=...``; True means a bare flag)."""
     cmd = [sys.executable, "-m", "keyspan", "run", job_file or launch["job_file"], "--workdir", launch["workdir"],
            "--no-progress", "--restart-delay", str(launch["restart_delay"])]
-    for flag in ("metadata_url", "checkpoint_dir", "master", "restart_attempts"):
+    for flag in ("metadata_url", "checkpoint_dir", "master", "restart_attempts", "autoscale"):
         if launch.get(flag) is not None:
             cmd += ["--" + flag.replace("_", "-"), str(launch[flag])]
     for item in launch["conf"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.datastream.checkpoint_config import CheckpointConfig
@@ -44,6 +45,7 @@ class StreamExecutionEnvironment:
         self._chaining = True
         self._default_savepoint_dir: str | None = None
         self._restart_strategy = None
+        self._configuration = Configuration()  # every key given to configure(), also those only the runtime reads
 
     @staticmethod
     def get_execution_environment(configuration=None) -> "StreamExecutionEnvironment":
@@ -58,7 +60,15 @@ class StreamExecutionEnvironment:
         from keyspan.datastream.configuration_keys import apply
 
         apply(self, configuration)
+        data = configuration.to_dict() if hasattr(configuration, "to_dict") else dict(configuration)
+        for key, value in data.items():
+            self._configuration.set_string(key, value)
         return self
+
+    def get_configuration(self) -> Configuration:
+        """A copy of the keys given to ``configure`` (Flink's ``getConfiguration``); the runtime reads
+        the ones only it acts on from here, such as ``job.autoscaler.*``."""
+        return Configuration(self._configuration)
 
     # configuration ------------------------------------------------------------------------
     def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":

@@ -74,7 +74,29 @@ class JobCollector:
                         ["source"], [([uid], b["count"]) for uid, b in s["backlog"].items() if b["unit"] == unit])
         yield gauge("stateSize", "bytes of an operator's state in the latest checkpoint", None, ["operator"],
                     [([uid], n) for uid, n in s["state_size"].items()])
+        if s["autoscaler"]:
+            yield from _autoscaler_families(job, s["autoscaler"])
         yield from _user_families(job, self.metrics.user_metrics())
+
+
+def _autoscaler_families(job: str, a: dict):
+    """The autoscaler's view: the parallelism it wants next to the one running, its bounds, how
+    often it rescaled, and its last decision (action and reason as labels)."""
+    for name, doc, value in (("currentParallelism", "parallelism the job runs at", a["current"]),
+                             ("desiredParallelism", "parallelism the autoscaler last decided on", a["desired"]),
+                             ("minParallelism", "the autoscaler's lower bound", a["min"]),
+                             ("maxParallelism", "the autoscaler's upper bound", a["max"])):
+        g = GaugeMetricFamily(f"keyspan_autoscaler_{name}", doc, labels=["job"])
+        g.add_metric([job], value)
+        yield g
+    yield _counter("keyspan_autoscaler_scalings", "rescales the autoscaler decided on", job, a["scalings"])
+    last = a["last"]
+    if last is not None:
+        g = GaugeMetricFamily("keyspan_autoscaler_lastDecision", "the autoscaler's last decision (1), by action "
+                              "and reason; the value of the gauge is the parallelism it chose",
+                              labels=["job", "action", "reason"])
+        g.add_metric([job, last["action"], last["reason"]], last["to"])
+        yield g
 
 
 def _counter(name, doc, job, value):

@@ -45,6 +45,7 @@ class JobMetrics:
         self.backlog: dict[str, int] = {}
         self.state_size: dict[str, int] = {}  # operator uid → bytes of its state in the latest checkpoint
         self.history: deque = deque(maxlen=history)
+        self.autoscaler: dict | None = None  # the autoscaler's bounds, current/desired parallelism, decisions
         self._recent_job: deque = deque()
 
     # -- recording (driver loop) -----------------------------------------------------------------
@@ -104,6 +105,10 @@ class JobMetrics:
         """What a source has not read yet, in its unit (records, or files for a file source)."""
         if count is not None:
             self.backlog[source] = {"count": count, "unit": unit}
+
+    def set_autoscaler(self, status: dict) -> None:
+        with self.lock:
+            self.autoscaler = status
 
     # -- reading (API threads) ---------------------------------------------------------------------
     def _merge_user(self, m: dict) -> None:
@@ -170,6 +175,7 @@ class JobMetrics:
                 "watermarks": {uid: (None if wm in (LONG_MIN,) else wm) for uid, wm in self.watermarks.items()},
                 "watermark_lag_ms": self.watermark_lag_ms(now), "backlog": dict(self.backlog),
                 "state_size": dict(self.state_size), "operators": operators, "history": list(self.history),
+                "autoscaler": self.autoscaler,
             }
 
 

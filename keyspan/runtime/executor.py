@@ -46,7 +46,7 @@ from keyspan.datastream.transformation import OperatorKind
 from keyspan.io import serde
 from keyspan.io.storage import Storage
 from keyspan.rest.server import start_api
-from keyspan.runtime import event_time
+from keyspan.runtime import autoscaler, event_time
 from keyspan.runtime import session as spark_session
 from keyspan.runtime.control import JobControl, RunnerHandle
 from keyspan.runtime.observe import JobObserver
@@ -128,6 +128,12 @@ class JobRunner:
         self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
                                   chaining=env.is_chaining_enabled())
         self.batch = _batch_mode(env, self.plan, self.job_id)
+        try:  # job.autoscaler.* and --autoscale: checked before anything starts; a batch job runs one epoch
+            self.autoscale = autoscaler.options_for(env, options, self.job_id)
+        except ValueError as exc:
+            raise JobExecutionError(str(exc)) from None
+        if self.batch:
+            self.autoscale = None
         self.fingerprint = hashlib.sha256(json.dumps(
             [[(o["uid"], o["kind"]) for o in self.plan.operators], [t.spec.fingerprint() for t in self.plan.sources]]
         ).encode()).hexdigest()[:16]
@@ -453,8 +459,9 @@ class JobRunner:
         cluster, checks that nothing the run writes lands on the driver's own disk, and ships the job's
         sibling modules to the executors."""
         conf = dict(self.options.spark_conf)
+        cores = max(self.parallelism, self.autoscale.max_parallelism or 0) if self.autoscale else self.parallelism
         spark = self.env.get_spark_session() or spark_session.get_or_create_spark(
-            self.parallelism, self.options.spark_master, conf, ui=self.options.spark_ui,
+            cores, self.options.spark_master, conf, ui=self.options.spark_ui,
             dependencies=self.env.get_python_dependencies())
         master = spark.sparkContext.master
         self.application_id = spark.sparkContext.applicationId

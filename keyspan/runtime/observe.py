@@ -8,6 +8,7 @@ import time
 from keyspan.checkpoint import stats as checkpoint_stats
 from keyspan.metrics.prometheus import job_registry
 from keyspan.metrics.registry import JobMetrics
+from keyspan.runtime import autoscaler
 
 
 def _stages(plan) -> list[dict]:
@@ -31,6 +32,8 @@ class JobObserver:
         self.epoch_end = None
         self.restoring = runner.committed is not None
         runner.progress.metrics = self.metrics
+        self.autoscaler = (autoscaler.JobAutoscaler(runner, runner.autoscale, self.metrics)
+                           if runner.autoscale else None)
 
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
@@ -54,6 +57,8 @@ class JobObserver:
         self.metrics.epoch_committed(epoch, reports, started, ended, bytes_written, manifest,
                                      self.runner.committed.get("event_time"), records)
         self._record_backlog()
+        if self.autoscaler is not None:
+            self.autoscaler.epoch_committed(autoscaler.sample_of(self.runner, reports, started, ended))
 
     def replanned(self, plan) -> None:
         """A live rescale: the tasks shown per operator follow the new parallelism."""

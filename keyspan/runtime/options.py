@@ -28,6 +28,7 @@ class RunOptions:
     restart_attempts: int | None = None  # `--restart-attempts`: the fall-back restart strategy
     restart_delay_s: float = 10.0
     code_dir: str | None = None  # the job's folder: its sibling modules are shipped to the executors
+    autoscale: tuple[int, int] | None = None  # `--autoscale MIN..MAX`: the autoscaler on, with these bounds
     launch: dict | None = None  # how the CLI started this run (options, arguments, cwd): rescale reuses it
 
     def savepoint_root(self) -> str:

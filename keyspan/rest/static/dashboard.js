@@ -90,6 +90,22 @@ const keyspan = (() => {
     $("failures").querySelector("tbody").innerHTML = j.failed_checkpoints.map(f => `<tr class="fail"><td>${f.epoch}</td>` +
       `<td>${when(f.failed_at)}</td><td>${esc(f.cause)}</td></tr>`).join("") || "<tr><td colspan=3>none</td></tr>";
     $("savepoints").innerHTML = savepointTree(j.savepoints);
+    autoscalerPanel(live.autoscaler);
+  }
+
+  function autoscalerPanel(a) {
+    $("autoscaler-section").hidden = !a;
+    if (!a) return;
+    const last = a.last;
+    $("autoscaler-summary").textContent = `parallelism ${a.current} (bounds ${a.min}..${a.max}), desired ${a.desired}` +
+      (a.scaling ? "" : " (advisory: scaling disabled)") + (last ? ` - last decision: ${last.action}: ${last.reason}` : "");
+    const curve = a.curve || [];
+    plot($("plot-backlog"), curve.filter(p => p.backlog !== null).map(p => [p.t, p.backlog]), "#c0392b");
+    plot($("plot-parallelism"), curve.map(p => [p.t, p.parallelism]), "#2e6bd8");
+    $("autoscaler-decisions").querySelector("tbody").innerHTML = a.decisions.slice().reverse().map(d =>
+      `<tr class="decision"><td>${when(d.at)}</td><td>${esc(d.action)} ${d.from} &rarr; ${d.to}${d.applied ? "" : " (advisory)"}</td>` +
+      `<td>${esc(d.reason)}</td><td>${esc(Object.entries(d.inputs).map(([k, v]) => `${k} ${typeof v === "number" ? fmt(v) : v}`).join(", "))}</td></tr>`
+    ).join("") || "<tr><td colspan=4>no rescale yet</td></tr>";
   }
 
   async function trigger(kind) {

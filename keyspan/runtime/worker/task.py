@@ -10,6 +10,7 @@ Python worker between epochs and are confirmed, rolled back or reloaded at the n
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 
 import pyarrow as pa
@@ -123,6 +124,7 @@ class StageTask(OperatorChain):
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, batches):
+        self.started = time.perf_counter()
         try:
             metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)
             self._build()
@@ -301,6 +303,7 @@ class StageTask(OperatorChain):
             next_timer=min((t for t in (inst.timers.next_processing_time() for inst in self.instances
                                         if inst.timers is not None) if t is not None), default=None),
             metrics=metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),
+            busy_ms=(time.perf_counter() - self.started) * 1000,
         ))
         downstream = [e for e in self.plan.exits if e.kind != ExitKind.DRIVER]
         if downstream:
