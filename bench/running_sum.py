@@ -191,7 +191,7 @@ def main():
     try:
         data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)
         spark = make_spark(cores=2)
-        warm_up(spark, work)
+        warm_up(spark, work, tws=not args.skip_tws)
         run_keyspan(spark, os.path.join(work, "warmup-events"), os.path.join(work, "ks-warm"), "warm")
         ks, arrow = [], []
         for i in range(args.repeats):
