@@ -419,7 +419,7 @@ def run_map_in_arrow(
 # --------------------------------------------------------------------------
 
 
-def warm_up(spark, workdir: str) -> None:
+def warm_up(spark, workdir: str, tws: bool = True) -> None:
     """Run both baselines once on a tiny dataset (20k events) and discard the result.
 
     The first streaming query in a fresh SparkSession pays one-off costs --
@@ -430,7 +430,8 @@ def warm_up(spark, workdir: str) -> None:
     """
     data = generate_events(os.path.join(workdir, "warmup-events"), 20_000, 1_000, 2, 1)
     run_map_in_arrow(spark, data, os.path.join(workdir, "warmup-ckpt-arrow"))
-    run_transform_with_state(spark, data, os.path.join(workdir, "warmup-ckpt-tws"))
+    if tws:
+        run_transform_with_state(spark, data, os.path.join(workdir, "warmup-ckpt-tws"))
 
 
 def _fmt(name: str, r: dict) -> str:

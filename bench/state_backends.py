@@ -207,6 +207,10 @@ def main():
               f"| {_mean([e['seconds'] for e in delta if e['epoch'] != r['epochs'][0]['epoch']]) * 1000:,.0f} ms "
               f"| {m['max_peak_mb']:,.0f} / {m['sum_peak_mb']:,.0f} "
               f"| {m['sum_start_mb']:,.0f} → +{m['sum_growth_mb']:,.0f} |")
+    for size in args.sizes:
+        rate = {r["backend"]: r["rate"] for r in rows if r["size"] == size}
+        if len(rate) == 2:
+            print(f"{size:,} keys: RocksDB / heap throughput = {rate['rocksdb'] / rate['heap']:.2f} (target >= 0.6)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import deque
 from typing import Callable
 
@@ -130,6 +131,7 @@ class CheckpointCoordinator:
         self.signing_key = signing_key
         self.consecutive_failures = 0
         self.files_lock = threading.Lock()  # savepoint copies hold it, so retention deletes no file they read
+        self.commit_seconds: dict[str, float] = {}  # the last commit's steps (metadata, _metadata.json, ...)
 
     # -- one epoch -------------------------------------------------------------------------------
     def run_epoch(self, epoch: int, execute: Callable[[], list[bytes]], is_storage_failure=storage_failure,
@@ -184,19 +186,27 @@ class CheckpointCoordinator:
                 records += report.records
             bytes_written += sum(h["bytes"] for h in report.handles)
         manifest = next_manifest(self.committed["manifest"] if self.committed else {}, handles)
+        steps = [time.perf_counter()]
         if before_commit is not None:
             before_commit(epoch, bytes_written, manifest)
+        steps.append(time.perf_counter())
         with self.files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
                 discard=discard, fence=self.lease, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens,
                 sinks=sinks, operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
         self.consecutive_failures = 0
+        steps.append(time.perf_counter())
         write_checkpoint_metadata(self.storage, self.committed, job_name=self.job_name, key=self.signing_key)
+        steps.append(time.perf_counter())
         if sinks:
             self.publish(self.committed)
+        steps.append(time.perf_counter())
         with self.files_lock:
             self.retention.committed(epoch, manifest, doomed)
+        steps.append(time.perf_counter())
+        self.commit_seconds = dict(zip(("commit.stats", "commit.metadata", "commit.checkpoint_file", "commit.publish",
+                                        "commit.retention"), (b - a for a, b in zip(steps, steps[1:]))))
         return self.committed
 
     def _describe_operators(self, reports: dict[tuple[int, int], TaskReport]) -> list[dict]:

@@ -452,6 +452,8 @@ class JobRunner:
                                     self.progress.epochs, self.progress.records, last)
         result.restored_bytes = dict(self.restored_bytes)
         result.metrics = self.observer.metrics  # the job's metrics, user metrics included
+        result.epoch_phases = list(self.observer.timeline)  # where recent epochs' time went (bench/latency.py)
+        result.spark_progress = [dict(p.durationMs) for p in query.recentProgress]  # Spark's share of each batch
         return result
 
     def _spark_session(self):
@@ -651,7 +653,9 @@ class JobRunner:
 
             reports = self.coordinator.run_epoch(epoch, execute, is_storage_failure=_storage_failure,
                                                  on_failure=self.observer.checkpoint_failed)
+            self.observer.phase("tasks")
             self._commit(epoch, offsets, reports, driver_rows, time_ctx)
+            self.observer.epoch_done(epoch)
         except BaseException as exc:
             if not isinstance(self.failure, Fenced):  # losing the lease stops the query: that is the cause
                 self.failure = exc
@@ -727,6 +731,7 @@ class JobRunner:
             restored_from=self.run_info["restored_from"], code_version=self.code_version, sources=self.source_ids,
             event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished,
                                           time_ctx.splits))
+        self.observer.phase("commit", **self.coordinator.commit_seconds)
         self.parallel_changed = False
         self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)
@@ -734,6 +739,7 @@ class JobRunner:
             self._rescaled(epoch, reports)
         self._deliver(driver_rows)
         self._schedule_wake(reports, time_ctx.now)
+        self.observer.phase("deliver")
         self.progress.epochs += 1
         self.progress.records += self.committed["records"]
         self.progress.last_checkpoint = epoch

@@ -4,6 +4,7 @@ statistics recorded in the metadata store, and the Prometheus registry the API e
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from keyspan.checkpoint import stats as checkpoint_stats
 from keyspan.metrics.prometheus import job_registry
@@ -34,9 +35,26 @@ class JobObserver:
         runner.progress.metrics = self.metrics
         self.autoscaler = (autoscaler.JobAutoscaler(runner, runner.autoscale, self.metrics)
                            if runner.autoscale else None)
+        self.timeline: deque[dict] = deque(maxlen=1000)  # recent epochs' phases, for bench/latency.py
+        self.phases: dict = {}
+        self._mark = None
 
     def epoch_started(self) -> None:
         self.epoch_start = time.time()
+        self.phases = {"start": self.epoch_start}
+        self._mark = time.perf_counter()
+
+    def phase(self, name: str, **parts: float) -> None:
+        """The epoch's phase ``name`` just ended (seconds since the previous mark); ``parts``: its own
+        breakdown. Where an epoch's fixed cost goes is what bounds the end-to-end latency."""
+        now = time.perf_counter()
+        self.phases[name] = now - self._mark
+        self.phases.update(parts)
+        self._mark = now
+
+    def epoch_done(self, epoch: int) -> None:
+        self.phases["epoch"] = epoch
+        self.timeline.append(self.phases)
 
     def committing(self, epoch: int, bytes_written: int, manifest: dict) -> None:
         """Just before the commit point: the checkpoint's statistics are written first, so whoever sees

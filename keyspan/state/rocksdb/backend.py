@@ -32,6 +32,8 @@ from keyspan.state.rocksdb.snapshot import Snapshots
 from keyspan.state.rocksdb.states import NAMESPACED, PLAIN, TTL
 from keyspan.state.ttl import TtlPolicy, stamp, unstamp
 
+_PENDING_LIMIT = 4 << 20  # bytes of buffered writes before they go to RocksDB
+
 
 # --- the backend -----------------------------------------------------------------------------------
 
@@ -63,6 +65,12 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._next_sid = 1
         # undo log of the open epoch: RocksDB key → bytes before the epoch (None: absent)
         self._undo: dict[bytes, bytes | None] = {}
+        # the open epoch's writes of plain (non-map) cells not yet in RocksDB: key → bytes (None:
+        # deleted). Reads look here first, so a key read and updated many times in an epoch costs one
+        # RocksDB get; written as one WriteBatch per ~4 MB, and before anything reads RocksDB directly.
+        self._pending: dict[bytes, bytes | None] = {}
+        self._pending_bytes = 0
+        self._last_read: tuple[bytes, bytes | None] | None = None  # the last get: the undo log's old value
         self._undo_map: dict[bytes, bytes | None] = {}
         self._touched_maps: dict[bytes, None] = {}  # map prefixes touched this epoch, in order
         # restored values stamped for TTL by this instance: the next delta carries them (kept on rollback)
@@ -94,6 +102,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
 
         A generator on purpose: rocksdict (0.3.29) keeps a pointer into the ``upper`` bytes
         object, not a copy, so ``upper`` (and ``lower``) must outlive the RocksDB iterator."""
+        self._flush()
         ro = self._rd.ReadOptions()
         ro.set_iterate_upper_bound(upper)
         it = self._db.items(from_key=lower, read_opt=ro)
@@ -102,11 +111,41 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         finally:
             del it  # the iterator goes before the bounds it points into
 
-    # -- undo log ---------------------------------------------------------------------------------
-    def _touch(self, k: bytes) -> None:
-        if k not in self._undo:
-            self._undo[k] = self._db.get(k)
+    # -- epoch write buffer -------------------------------------------------------------------------
+    def _get(self, k: bytes):
+        pending = self._pending
+        if k in pending:
+            return pending[k]
+        raw = self._db.get(k)
+        self._last_read = (k, raw)
+        return raw
 
+    def _write(self, k: bytes, raw: bytes | None) -> None:
+        """A plain cell's put (``raw``) or delete (None), through the undo log into the buffer."""
+        if k not in self._undo:
+            last = self._last_read
+            self._undo[k] = last[1] if last is not None and last[0] == k else self._db.get(k)
+        self._pending[k] = raw
+        self._pending_bytes += len(k) + (len(raw) if raw is not None else 0) + 16
+        if self._pending_bytes >= _PENDING_LIMIT:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Hand the buffered writes to RocksDB in one batch."""
+        self._last_read = None
+        if not self._pending:
+            return
+        wb = self._rd.WriteBatch(raw_mode=True)
+        for k, raw in self._pending.items():
+            if raw is None:
+                wb.delete(k)
+            else:
+                wb.put(k, raw)
+        self._db.write(wb)
+        self._pending = {}
+        self._pending_bytes = 0
+
+    # -- undo log ---------------------------------------------------------------------------------
     def _touch_map(self, prefix: bytes, k: bytes | None = None, old=_NO_KEY) -> None:
         self._touched_maps[prefix] = None
         if k is not None and k not in self._undo_map:
@@ -266,6 +305,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
 
     # -- epochs -----------------------------------------------------------------------------------
     def confirm(self) -> None:
+        self._flush()
         self._undo = {}
         self._undo_map = {}
         self._touched_maps = {}
@@ -273,6 +313,9 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._forced_maps = {}
 
     def rollback(self) -> None:
+        self._pending = {}  # never written: dropping them undoes them
+        self._pending_bytes = 0
+        self._last_read = None
         if self._undo or self._undo_map:
             wb = self._rd.WriteBatch(raw_mode=True)
             for undo in (self._undo, self._undo_map):
@@ -296,6 +339,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         meta = self._metas.get(name)
         if meta is None:
             return
+        self._flush()
         ro = self._rd.ReadOptions()
         ro.fill_cache(False)
         for kg in self.key_groups:
@@ -334,6 +378,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:
         """Close RocksDB and delete its directory (also done when the backend is collected)."""
+        self._pending = {}
         self._finalizer()
 
     dispose = close

@@ -85,6 +85,7 @@ class Snapshots:
         return section
 
     def changed_sections(self):
+        self._flush()
         names = self._names()
         return {kg: self._delta_section(keys, prefixes, self._db.get(keys) if keys else [], self._scan, names)
                 for kg, (keys, prefixes) in self._touched().items()}
@@ -93,6 +94,7 @@ class Snapshots:
         """The open epoch's changes, encoded one key group at a time as the checkpoint file is
         written: key groups and keys are fixed now and the values are read from a view of now, so
         memory is one key group's delta, not the epoch's."""
+        self._flush()
         touched = self._touched()
         view = _View(self)
         names = self._names()
@@ -174,6 +176,7 @@ class Snapshots:
         """A full snapshot as of now, built and encoded one key group at a time (a range scan of the
         key group's prefix in a view opened now) as the checkpoint file is written: peak memory is
         about one key group's section, not the subtask's state."""
+        self._flush()
         view = _View(self)
         names = self._names()
         horizons = self._full_snapshot_horizons()
@@ -203,6 +206,7 @@ class Snapshots:
         a memtable on top of its decoded section."""
         if key_group not in self.key_groups:
             return
+        self._flush()
         kgb = _U16.pack(key_group)
         wb = _Batch(self)
         for name, (puts, deletes) in section.items():

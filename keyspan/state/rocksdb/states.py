@@ -35,7 +35,8 @@ def _restamped(raw: bytes, ts: int) -> bytes:
 class RocksDBCell:
     """The current key's entry: key group · state id · serialized key."""
 
-    __slots__ = ("_backend", "_db", "_meta", "_name", "_ttl", "_reduce", "_agg", "_enc", "_dec")
+    __slots__ = ("_backend", "_db", "_meta", "_name", "_ttl", "_reduce", "_agg", "_enc", "_dec", "_kobj", "_kkg",
+                 "_kbytes")
 
     _timestamp_of = staticmethod(_timestamp_of)
     _value_of = staticmethod(_value_of)
@@ -53,6 +54,7 @@ class RocksDBCell:
         tagged = policy is not None and meta.kind != "list"  # TTL values and map entries: tagged bytes
         self._enc = _same if tagged else self._dumps
         self._dec = _same if tagged else pickle.loads
+        self._kobj = self._kkg = self._kbytes = None  # the last current key's RocksDB key (read, then write)
 
     def _dumps(self, value) -> bytes:
         try:
@@ -81,8 +83,13 @@ class RocksDBCell:
                 self._backend._compact_ttl(meta)
 
     def _key(self) -> bytes:
-        kgb, ukb = self._backend._key_parts()
-        return kgb + self._meta.sid + ukb
+        b = self._backend
+        if b.current_key is self._kobj and b.current_key_group == self._kkg:
+            return self._kbytes
+        kgb, ukb = b._key_parts()
+        self._kobj, self._kkg = b.current_key, b.current_key_group
+        self._kbytes = k = kgb + self._meta.sid + ukb
+        return k
 
     def _prefix(self) -> bytes:
         """Where the current key's map entries (or namespaces) start: key group · state · len(key) · key."""
@@ -91,20 +98,16 @@ class RocksDBCell:
         return kgb + self._meta.sid + b._ck_mapb
 
     def _load(self):
-        raw = self._db.get(self._key())
+        raw = self._backend._get(self._key())
         return None if raw is None else self._dec(raw)
 
     _load_for_update = _load  # a fresh copy anyway
 
     def _store(self, stored) -> None:
-        k = self._key()
-        self._backend._touch(k)
-        self._db.put(k, self._enc(stored))
+        self._backend._write(self._key(), self._enc(stored))
 
     def _delete(self) -> None:
-        k = self._key()
-        self._backend._touch(k)
-        self._db.delete(k)
+        self._backend._write(self._key(), None)
 
     def _append(self, items) -> None:
         current = self._load()

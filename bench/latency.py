@@ -1,0 +1,155 @@
+"""End-to-end latency of a keyed running sum, event landed → its result delivered after its
+checkpoint committed, and where each epoch's time goes.
+
+    python bench/latency.py [--intervals 100 1000 5000] [--rate 2000] [--file-every-ms 100] [--seconds 20]
+
+For each trigger interval a fresh unbounded job: ``FileSource.monitor_continuously()`` over JSON
+lines → ``key_by(key)`` → a ``KeyedProcessFunction`` with ``ValueState`` (running sum) → a driver
+sink that notes when each record's result arrives; a driver sink is handed an epoch's results only
+after that epoch's checkpoint committed. A writer thread lands a file of ``rate × file-every-ms``
+events every ``file-every-ms`` (dot-file, then rename). Latency per event = its result's arrival −
+its file's landing, for every event of the measured span (after a warm-up).
+
+The breakdown, per epoch (medians over the measured span): Spark's own work for the micro-batch
+(``triggerExecution`` − ``addBatch``: offsets, source listing, planning, its offset and commit logs),
+keyspan's tasks (the stages' Spark jobs up to the driver's collect of their reports), the commit
+(checkpoint statistics, the metadata transaction, the checkpoint's ``_metadata.json``, publishing,
+retention) and the delivery to driver sinks; and the wait between one batch's end and the next
+trigger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.baselines import make_spark  # noqa: E402
+from bench.windowed import Writer, pct, stop_job, wait_until  # noqa: E402
+from keyspan.checkpoint.metadata import MetadataStore  # noqa: E402
+from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment  # noqa: E402
+from keyspan.datastream.connectors.file_system import FileSource, StreamFormat  # noqa: E402
+from keyspan.datastream.functions import SinkFunction  # noqa: E402
+from keyspan.datastream.state import ValueStateDescriptor  # noqa: E402
+from keyspan.runtime import options  # noqa: E402
+
+
+class RunningSum(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+
+    def process_element(self, value, ctx):
+        total = (self.total.value() or 0) + value.value
+        self.total.update(total)
+        yield value.key, value.ts, total
+
+
+class Delivered(SinkFunction):
+    """When each event's result reached the driver (after its checkpoint committed)."""
+
+    def __init__(self):
+        self.at = {}
+
+    def invoke(self, value, context):
+        self.at[(value[0], value[1])] = time.time()
+
+
+def run(spark, interval_ms: int, args, work: str) -> dict:
+    base = os.path.join(work, f"lat-{interval_ms}")
+    folder = os.path.join(base, "in")
+    os.makedirs(folder)
+    options.install(options.RunOptions(workdir=os.path.join(base, ".keyspan"), fresh=True))
+    job = f"latency-{interval_ms}"
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.enable_checkpointing(interval_ms)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), folder).monitor_continuously().build()
+    sink = Delivered()
+    (env.from_source(source, None, "events").uid("events").key_by(lambda r: r.key)
+        .process(RunningSum()).uid("sum").add_sink(sink))
+    writer = Writer(folder, args.rate, args.file_every_ms, args.keys, args.warmup + args.seconds + 1)
+    writer.write_file()  # the job's first (slow) epoch is over before measuring
+    store = MetadataStore(options.current().metadata())
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", env.execute(job)), daemon=True)
+    thread.start()
+    if not wait_until(lambda: store.list_checkpoints(job) and (store.get_job(job) or {}).get("api_url"), 180):
+        raise RuntimeError(f"{job}: no checkpoint within 180 s")
+    writer.start()
+    writer.join()
+    t0, t1 = writer.started + args.warmup, writer.started + args.warmup + args.seconds
+    wanted = [(landed, keys, ts) for landed, keys, ts in writer.landed if t0 <= landed <= t1]
+    wait_until(lambda: all((int(k), int(t)) in sink.at for _, keys, ts in wanted[-3:] for k, t in zip(keys, ts)), 60)
+    stop_job(job)
+    thread.join(120)
+    result = outcome.get("result")
+    lat, missing = [], 0
+    for landed, keys, ts in wanted:
+        for k, t in zip(keys.tolist(), ts.tolist()):
+            at = sink.at.get((k, t))
+            if at is None:
+                missing += 1
+            else:
+                lat.append(at - landed)
+    phases = [p for p in (result.epoch_phases if result else []) if t0 <= p["start"] <= t1]
+    spark_ms = [d for d in (result.spark_progress if result else []) if d.get("addBatch") is not None]
+    starts = [p["start"] for p in phases]
+    return {"latency": np.array(lat) * 1000, "missing": missing, "events": sum(len(k) for _, k, _ in wanted),
+            "phases": phases, "spark": spark_ms[-len(phases):] if phases else [],
+            "apart": statistics.median(np.diff(starts)) if len(starts) > 2 else float("nan")}
+
+
+def breakdown(r: dict) -> str:
+    med = lambda xs: statistics.median(xs) * 1000 if xs else float("nan")  # noqa: E731
+    ph = r["phases"]
+    keys = ["tasks", "commit", "deliver"]
+    parts = [f"{k} {med([p[k] for p in ph]):.0f}" for k in keys]
+    commit = [f"{k.split('.')[1]} {med([p[k] for p in ph if k in p]):.0f}" for k in
+              ("commit.stats", "commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention")]
+    spark = r["spark"]
+    own = [(d.get("triggerExecution", 0) - d.get("addBatch", 0)) / 1000 for d in spark]
+    detail = {k: med([d.get(k, 0) / 1000 for d in spark]) for k in ("latestOffset", "queryPlanning", "walCommit",
+                                                                       "commitOffsets", "getBatch")}
+    epoch = med([p["tasks"] + p["commit"] + p["deliver"] for p in ph])
+    share = statistics.median([p["commit"] / (p["tasks"] + p["commit"] + p["deliver"]) for p in ph]) if ph else 0
+    return (f"    per epoch (median ms): keyspan epoch {epoch:.0f} = {', '.join(parts)}   [commit: {', '.join(commit)}]\n"
+            f"    Spark's own per batch {med(own):.0f} ms ("
+            + ", ".join(f"{k} {v:.0f}" for k, v in detail.items())
+            + f"); batches start {r['apart'] * 1000:.0f} ms apart; the commit is {share:.0%} of an epoch")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--intervals", type=int, nargs="+", default=[100, 1000, 5000])
+    ap.add_argument("--rate", type=int, default=2000, help="events per second")
+    ap.add_argument("--file-every-ms", type=int, default=100)
+    ap.add_argument("--keys", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=20, help="measured span per interval")
+    ap.add_argument("--warmup", type=float, default=5)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="keyspan-latency-")
+    try:
+        spark = make_spark(cores=2)
+        print(f"{args.rate:,} events/s over {args.keys:,} keys, a file every {args.file_every_ms} ms; running sum "
+              f"per key, results delivered after each checkpoint commits; {args.seconds:.0f} s measured after "
+              f"{args.warmup:.0f} s warm-up", flush=True)
+        for interval in args.intervals:
+            r = run(spark, interval, args, work)
+            print(f"trigger {interval:>5} ms: event landed -> result {pct(r['latency'])}  "
+                  f"({r['events']:,} events, {r['missing']} not delivered)\n{breakdown(r)}", flush=True)
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
