@@ -83,29 +83,37 @@ class SpreadOf(BatchAggregateFunction):
 
 
 ROLLING = ("sum", "min", "max", "min_by", "max_by")
-TUMBLING = {"sum": Sum(2), "count": Count(), "avg": Avg(2), "min": Min(2), "max": Max(2), "first": First(2),
-            "last": Last(2), "spread": SpreadOf()}
-SLIDING = {"sum": Sum(2), "count": Count(), "max": Max(2)}
+WINDOWS = (("tumbling", "avg", Avg(2)), ("tumbling", "min", Min(2)), ("tumbling", "last", Last(2)),
+           ("tumbling", "spread", SpreadOf()), ("sliding", "count", Count()), ("sliding", "max", Max(2)))
 
 
-def build(env, data, vectorize: bool, cut: int = 41):
-    """Every aggregation of the fast path on one input: 5 rolling, tumbling and sliding windows, and
-    their late-data side outputs. Returns the collected stream."""
+def source(env, data, vectorize: bool, cut: int):
     env.set_vectorized_aggregation(vectorize)
     env.set_parallelism(1)  # one source partition: a key's records keep their order (rolling aggregates)
     env.set_max_records_per_epoch(cut)
-    keyed = env.from_collection(data).assign_timestamps_and_watermarks(strategy()).key_by(lambda r: r[0])
-    late = OutputTag("late")
+    return env.from_collection(data).assign_timestamps_and_watermarks(strategy()).key_by(lambda r: r[0])
+
+
+def build_rolling(env, data, vectorize: bool, cut: int = 60):
+    keyed = source(env, data, vectorize, cut)
     branches = [getattr(keyed, kind)(2).set_parallelism(2).map(lambda r, k=kind: ("rolling", k, r))
                 for kind in ROLLING]
-    for name, assigner, aggs in (("tumbling", TumblingEventTimeWindows.of(Time.milliseconds(WINDOW)), TUMBLING),
-                                 ("sliding", SlidingEventTimeWindows.of(Time.milliseconds(WINDOW),
-                                                                        Time.milliseconds(40)), SLIDING)):
-        for agg_name, agg in aggs.items():
-            windowed = keyed.window(assigner).allowed_lateness(LATENESS).side_output_late_data(late) \
-                .aggregate(agg, KeyedResult(f"{name}-{agg_name}")).set_parallelism(2)
-            branches.append(windowed)
-            branches.append(windowed.get_side_output(late).map(lambda r, n=f"{name}-{agg_name}": ("late", n, r)))
+    return branches[0].union(*branches[1:])
+
+
+def build_windows(env, data, vectorize: bool, cut: int = 60):
+    """Windowed aggregates with allowed lateness, each with its late-data side output."""
+    keyed = source(env, data, vectorize, cut)
+    late = OutputTag("late")
+    branches = []
+    for kind, agg_name, agg in WINDOWS:
+        assigner = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW)) if kind == "tumbling" else \
+            SlidingEventTimeWindows.of(Time.milliseconds(WINDOW), Time.milliseconds(40))
+        name = f"{kind}-{agg_name}"
+        windowed = keyed.window(assigner).allowed_lateness(LATENESS).side_output_late_data(late) \
+            .aggregate(agg, KeyedResult(name)).set_parallelism(2)
+        branches.append(windowed)
+        branches.append(windowed.get_side_output(late).map(lambda r, n=name: ("late", n, r)))
     return branches[0].union(*branches[1:])
 
 
@@ -118,7 +126,7 @@ def run(env, stream, name: str):
 
 
 def by_operator(results) -> dict:
-    """Results per aggregation, each key's results in arrival order."""
+    """Results per aggregation and key, each key's results in arrival order (late records sorted)."""
     out: dict = {}
     for r in results:
         if r[0] == "rolling":
@@ -128,6 +136,16 @@ def by_operator(results) -> dict:
         else:  # a window result: (name, key, window start, result), a key's firings in order
             out.setdefault((r[0], r[1]), []).append(r)
     return {k: sorted(v) if k[0] == "late" else v for k, v in out.items()}
+
+
+def both_paths(build, data, name):
+    results = {}
+    for vectorize in (True, False):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        results[vectorize] = run(env, build(env, data, vectorize), f"{name}-{vectorize}")
+    (fast, fast_count), (slow, slow_count) = results[True], results[False]
+    assert slow_count == 0
+    return by_operator(fast), by_operator(slow), fast_count
 
 
 def reference_rolling(kind, data, pos=2):
@@ -148,31 +166,30 @@ def reference_rolling(kind, data, pos=2):
     return out
 
 
-def test_fast_and_per_record_paths_give_identical_results(workdir):
-    data = disordered(300, seed=7)
-    results = {}
-    for vectorize in (True, False):
-        env = StreamExecutionEnvironment.get_execution_environment()
-        results[vectorize] = run(env, build(env, data, vectorize), f"both-paths-{vectorize}")
-    (fast, fast_count), (slow, slow_count) = results[True], results[False]
-    assert slow_count == 0
-    # every rolling record and every in-time windowed record of all 16 windowed aggregations went columnar
-    assert fast_count >= 5 * len(data)
-    assert by_operator(fast) == by_operator(slow)
-    grouped = by_operator(fast)
-    for kind in ROLLING:  # and both are Flink's semantics
+def test_rolling_aggregations_are_identical_on_both_paths_and_flinks(workdir):
+    data = disordered(240, seed=7)
+    fast, slow, vectorized = both_paths(build_rolling, data, "rolling")
+    assert vectorized == len(ROLLING) * len(data)  # every record went columnar
+    assert fast == slow
+    for kind in ROLLING:
         expected = reference_rolling(kind, data)
         for key in "abcdefg":
-            assert grouped[(kind, key)] == [r for r in expected if r[0] == key], (kind, key)
-    assert grouped[("late", "tumbling-sum")], "the input has late records: they reach the side output"
-    sums = {(r[1], r[2]): r[3] for key in "abcdefg" for r in grouped[("tumbling-sum", key)]}  # last firings
-    late = {r for r in grouped[("late", "tumbling-sum")]}
-    expected_sums: dict = {}
+            assert fast[(kind, key)] == [r for r in expected if r[0] == key], (kind, key)
+
+
+def test_window_aggregations_with_late_data_are_identical_on_both_paths(workdir):
+    data = disordered(240, seed=8)
+    fast, slow, vectorized = both_paths(build_windows, data, "windows")
+    assert vectorized > 0
+    assert fast == slow
+    assert fast[("late", "tumbling-avg")], "the input has late records: they reach the side output"
+    late = set(fast[("late", "tumbling-min")])
+    expected: dict = {}
     for r in data:
         if r not in late:
-            w = (r[0], r[1] - r[1] % WINDOW)
-            expected_sums[w] = expected_sums.get(w, 0) + r[2]
-    assert sums == expected_sums
+            expected.setdefault((r[0], r[1] - r[1] % WINDOW), []).append(r[2])
+    mins = {(r[1], r[2]): r[3] for k, v in fast.items() if k[0] == "tumbling-min" for r in v}  # last firings
+    assert mins == {w: min(vs) for w, vs in expected.items()}
 
 
 def test_rolling_sum_on_named_row_fields_and_floats(env):
@@ -217,7 +234,7 @@ def _lines(out):
 
 
 def test_a_savepoint_of_the_per_record_path_restores_on_the_fast_path_at_another_parallelism(workdir):
-    data = disordered(400, seed=3, late_every=0)
+    data = disordered(240, seed=3, late_every=0)
     reference_out = workdir / "reference"
     env = StreamExecutionEnvironment.get_execution_environment()
     _build_restorable(env, reference_out, data, 2, vectorize=True)
@@ -242,12 +259,12 @@ def test_a_savepoint_of_the_per_record_path_restores_on_the_fast_path_at_another
     assert _lines(out) == reference
 
 
-@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), cut=st.integers(3, 40))
 def test_window_sums_do_not_depend_on_epoch_cuts_or_the_path(workdir, seed, cut):
     """Interval independence (tests/test_interval_independence.py) on both paths: the last firing of
     every window equals the reference, whatever the epoch cut."""
-    data = disordered(120, seed=seed, keys="abc", late_every=0)
+    data = disordered(60, seed=seed, keys="abc", late_every=0)
     expected: dict = {}
     for key, ts, value in data:
         expected[(key, ts - ts % WINDOW)] = expected.get((key, ts - ts % WINDOW), 0) + value

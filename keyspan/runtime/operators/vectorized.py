@@ -42,7 +42,7 @@ def vectorized(fn):
         if (type(fn.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
                 and type(fn.trigger) is EventTimeTrigger
                 and isinstance(contents, AggregatingStateDescriptor)
-                and isinstance(contents.get_agg_function(), BatchAggregateFunction)):
+                and isinstance(contents.agg_function, BatchAggregateFunction)):
             return VectorizedWindowOperator(fn)
         return None
     wrapped = fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else None
@@ -244,7 +244,7 @@ class VectorizedWindowOperator(WindowOperator):
         # never touch them; they share other windows only when sliding, where order matters unless
         # the aggregate is commutative.
         special = first_start + size - 1 <= watermark
-        agg = self._descriptor.window_state_descriptor.get_agg_function()
+        agg = self._descriptor.window_state_descriptor.agg_function
         if special.all() or (special.any() and not tumbling and not agg.commutative):
             return None
         keep = np.flatnonzero(~special)
