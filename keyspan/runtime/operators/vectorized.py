@@ -102,8 +102,8 @@ class RollingAggregateOperator:
     def process_element(self, value, ctx):
         return self._per_record.process_element(value, ctx)
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
+    def __getattr__(self, name):  # anything else the runtime asks of the operator (e.g. its STATE)
+        if name.startswith("__") or name == "_per_record":
             raise AttributeError(name)
         return getattr(self._per_record, name)
 
