@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Union
 
 from keyspan.common.types import Row
+from keyspan.datastream.aggregates import RollingAggregation
 from keyspan.datastream.functions import (
     BroadcastProcessFunction,
     CoFlatMapFunction,
@@ -102,50 +103,6 @@ class _KeyedReduce(_FunctionAdapter):
         current = value if current is None else self._call(current, value)
         self._state.update(current)
         yield current
-
-
-def _field_getter(position):
-    if isinstance(position, str):
-        return lambda v: getattr(v, position) if not isinstance(v, dict) else v[position]
-    return lambda v: v[position]
-
-
-def _replace_field(value, position, new):
-    if isinstance(value, Row) and value._fields is not None:
-        idx = value._fields.index(position) if isinstance(position, str) else position
-        values = list(value)
-        values[idx] = new
-        return Row.from_values(value._fields, values)
-    if isinstance(value, (tuple, list)):
-        values = list(value)
-        values[position] = new
-        return type(value)(values) if not isinstance(value, Row) else Row(*values)
-    if isinstance(value, dict):
-        return {**value, position: new}
-    raise TypeError(f"cannot aggregate field {position!r} of a {type(value).__name__}")
-
-
-def _aggregation(kind: str, position):
-    """Flink's built-in aggregations: sum/min/max keep the first record's other fields, *_by keep the
-    whole winning record."""
-    get = _field_getter(position)
-
-    def scalar(a, b):
-        return {"sum": a + b, "min": min(a, b), "max": max(a, b)}[kind]
-
-    def reduce(acc, value):
-        if not isinstance(acc, (tuple, list, dict)):
-            if kind in ("min_by", "max_by"):
-                return value if (value < acc if kind == "min_by" else value > acc) else acc
-            return scalar(acc, value)
-        a, b = get(acc), get(value)
-        if kind == "min_by":
-            return value if b < a else acc
-        if kind == "max_by":
-            return value if b > a else acc
-        return _replace_field(acc, position, scalar(a, b))
-
-    return reduce
 
 
 class DataStream:
@@ -411,19 +368,19 @@ class KeyedStream(DataStream):
         return self._keyed(_KeyedReduce(func), "Reduce", self._t.output_type)
 
     def sum(self, position_to_sum: Union[int, str] = 0) -> DataStream:
-        return self._keyed(_KeyedReduce(_aggregation("sum", position_to_sum)), "Sum", self._t.output_type)
+        return self._keyed(_KeyedReduce(RollingAggregation("sum", position_to_sum)), "Sum", self._t.output_type)
 
     def min(self, position_to_min: Union[int, str] = 0) -> DataStream:
-        return self._keyed(_KeyedReduce(_aggregation("min", position_to_min)), "Min", self._t.output_type)
+        return self._keyed(_KeyedReduce(RollingAggregation("min", position_to_min)), "Min", self._t.output_type)
 
     def max(self, position_to_max: Union[int, str] = 0) -> DataStream:
-        return self._keyed(_KeyedReduce(_aggregation("max", position_to_max)), "Max", self._t.output_type)
+        return self._keyed(_KeyedReduce(RollingAggregation("max", position_to_max)), "Max", self._t.output_type)
 
     def min_by(self, position_to_min_by: Union[int, str] = 0) -> DataStream:
-        return self._keyed(_KeyedReduce(_aggregation("min_by", position_to_min_by)), "MinBy", self._t.output_type)
+        return self._keyed(_KeyedReduce(RollingAggregation("min_by", position_to_min_by)), "MinBy", self._t.output_type)
 
     def max_by(self, position_to_max_by: Union[int, str] = 0) -> DataStream:
-        return self._keyed(_KeyedReduce(_aggregation("max_by", position_to_max_by)), "MaxBy", self._t.output_type)
+        return self._keyed(_KeyedReduce(RollingAggregation("max_by", position_to_max_by)), "MaxBy", self._t.output_type)
 
     def window(self, window_assigner) -> "WindowedStream":
         """Split the keyed stream into windows (``keyspan.datastream.window``); ``reduce``, ``aggregate``,

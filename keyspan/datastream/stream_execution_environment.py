@@ -43,6 +43,7 @@ class StreamExecutionEnvironment:
         self._dependencies = PythonDependencies()
         self._buffer_timeout = 100
         self._chaining = True
+        self._vectorized_aggregation = True
         self._default_savepoint_dir: str | None = None
         self._restart_strategy = None
         self._configuration = Configuration()  # every key given to configure(), also those only the runtime reads
@@ -193,6 +194,16 @@ class StreamExecutionEnvironment:
 
     def is_chaining_enabled(self) -> bool:
         return self._chaining
+
+    def set_vectorized_aggregation(self, enabled: bool) -> "StreamExecutionEnvironment":
+        """keyspan: run known aggregations (``KeyedStream.sum`` …, windows with ``keyspan.datastream.aggregates``)
+        a chunk of records at a time (on by default); off, every record goes through Python one by one.
+        Results and state are the same either way (docs/aggregations.md)."""
+        self._vectorized_aggregation = bool(enabled)
+        return self
+
+    def is_vectorized_aggregation_enabled(self) -> bool:
+        return self._vectorized_aggregation
 
     def register_slot_sharing_group(self, slot_sharing_group) -> "StreamExecutionEnvironment":
         """Accepted: Spark places tasks; there are no slots to share."""

@@ -126,7 +126,8 @@ class JobRunner:
             self.job_bytes = Storage(os.path.dirname(self.job_file)).read(os.path.basename(self.job_file))
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
         self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
-                                  chaining=env.is_chaining_enabled())
+                                  chaining=env.is_chaining_enabled(),
+                                  vectorize=env.is_vectorized_aggregation_enabled())
         self.batch = _batch_mode(env, self.plan, self.job_id)
         try:  # job.autoscaler.* and --autoscale: checked before anything starts; a batch job runs one epoch
             self.autoscale = autoscaler.options_for(env, options, self.job_id)

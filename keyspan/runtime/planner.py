@@ -186,7 +186,7 @@ def key_columns(selector, names: list[str]) -> list[str] | None:
 
 
 def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int,
-                  chaining: bool = True) -> PhysicalPlan:
+                  chaining: bool = True, vectorize: bool = True) -> PhysicalPlan:
     if not any(t.kind == OperatorKind.SINK for t in transformations):
         raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
     uids = assign_uids(transformations)
@@ -270,7 +270,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
         uid, generated = uids[t.id]
-        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=runtime_function(t.function),
+        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=runtime_function(t.function, vectorize),
                     origins=sorted(origins_of(t)))
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy

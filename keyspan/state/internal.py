@@ -173,6 +173,12 @@ class InternalAggregatingState(AggregatingState):
         acc = self._load_for_update()
         self._store(self._agg.add(value, self._agg.create_accumulator() if acc is None else acc))
 
+    def add_accumulator(self, accumulator) -> None:
+        """Merge an accumulator of records pre-aggregated elsewhere (the columnar path) after the
+        stored one, as if its records had been ``add``-ed (Flink's ``updateInternal``)."""
+        acc = self._load_for_update()
+        self._store(accumulator if acc is None else self._agg.merge(acc, accumulator))
+
     def clear(self) -> None:
         self._delete()
 

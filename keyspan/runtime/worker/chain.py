@@ -189,6 +189,8 @@ class OperatorChain:
                 backend.current_key = key
                 backend.current_key_group = kg
                 pe(value, ctx)
+            if hasattr(inst.function, "process_batch"):
+                process.batch = self._batch_processor(op, inst, ctx, emit, process)
             return process
         if kind == OperatorKind.SINK:
             if hasattr(op.sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
@@ -200,6 +202,47 @@ class OperatorChain:
             append = self.driver_buffers.setdefault(op.driver_sink_index, []).append
             return lambda value: append(frozen(value))
         raise ValueError(f"unknown operator kind {kind}")
+
+    def _batch_processor(self, op, inst, ctx, emit, process):
+        """A columnar operator's entry (``keyspan.runtime.operators.vectorized``): a whole chunk goes to
+        ``process_batch``; a chunk it declines, and the records it leaves over, run record by record
+        through ``process``. Records that
+        took the columnar path count in the operator's ``numRecordsVectorized`` metric."""
+        batch = inst.function.process_batch
+        backend = inst.backend
+        cell = self.ts_cell
+        subtask = self.subtask
+        vectorized = metricbase.operator_group(op.uid, subtask).counter("numRecordsVectorized")
+
+        def run(kgs, keys, records, stamps):
+            try:
+                result = batch(backend, ctx, kgs, keys, records, stamps) if records else None
+            except UserFunctionError:
+                raise
+            except Exception as exc:
+                raise user_error(op, subtask, exc, method=f"process_batch of {len(records)} records") from exc
+            if result is None:
+                if stamps is None:
+                    cell[0] = None
+                    for kg, key, r in zip(kgs, keys, records):
+                        process(r, key, kg)
+                else:
+                    for kg, key, r, cell[0] in zip(kgs, keys, records, stamps):
+                        process(r, key, kg)
+                return
+            outputs, out_stamps, leftover = result
+            vectorized.inc(len(records) - len(leftover))
+            if out_stamps is None:
+                cell[0] = None
+                for out in outputs:
+                    emit(out)
+            else:
+                for out, cell[0] in zip(outputs, out_stamps):
+                    emit(out)
+            for i in leftover:
+                cell[0] = None if stamps is None else stamps[i]
+                process(records[i], keys[i], kgs[i])
+        return run
 
     def _method(self, op, name: str):
         """A MapFunction's ``map`` (etc.), or the plain callable the user passed."""

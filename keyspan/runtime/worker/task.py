@@ -140,6 +140,7 @@ class StageTask(OperatorChain):
         fmt = plan.input_format
         entry = self.entry
         single = entry[0] if len(entry) == 1 else None
+        batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
         cell = self.ts_cell
         source_ts = [None]  # the timestamp the source gave the record (Kafka's), if any
@@ -184,11 +185,16 @@ class StageTask(OperatorChain):
                 select = plan.key_selector
                 new = tuple.__new__
                 self.records_in += batch.num_rows - kg_col.count(-1)
-                for kg, values in zip(kg_col, zip(*cols)):
-                    if kg < 0:
-                        continue  # the heartbeat row that tells this task its subtask
-                    r = new(row_cls, values)
-                    single(r, select(r), kg)
+                if batch_entry is not None:
+                    rows = [(kg, new(row_cls, values)) for kg, values in zip(kg_col, zip(*cols)) if kg >= 0]
+                    records = [r for _, r in rows]
+                    batch_entry([kg for kg, _ in rows], list(map(select, records)), records, None)
+                else:
+                    for kg, values in zip(kg_col, zip(*cols)):
+                        if kg < 0:
+                            continue  # the heartbeat row that tells this task its subtask
+                        r = new(row_cls, values)
+                        single(r, select(r), kg)
             else:  # an exchange
                 ctl = batch.column(2).to_pylist()
                 payloads = batch.column(3).to_pylist()
@@ -209,7 +215,9 @@ class StageTask(OperatorChain):
                                 process_broadcast(r)
                     elif plan.keyed:
                         process = self.second_entry if side else single
-                        if stamps is None:
+                        if batch_entry is not None and not side:
+                            batch_entry(kgs, keys, records, stamps)
+                        elif stamps is None:
                             for kg, key, r in zip(kgs, keys, records):
                                 process(r, key, kg)
                         else:

@@ -1,0 +1,342 @@
+"""Aggregations keyspan knows, so it can run them columnar (docs/aggregations.md).
+
+* ``RollingAggregation`` is what ``KeyedStream.sum/min/max/min_by/max_by`` reduce with (Flink's built-in
+  streaming aggregations). Because its meaning is known, the runtime computes a whole chunk of records
+  at once (grouped cumulative sums and minima) instead of calling Python once per record.
+* ``Sum``, ``Count``, ``Min``, ``Max``, ``Avg``, ``First``, ``Last`` are ``AggregateFunction``s for
+  ``window(...).aggregate(...)``; ``BatchAggregateFunction`` is their base and the way to write your
+  own aggregate over Arrow record batches (``add_batch``).
+
+Every one of them is an ordinary PyFlink function too (``reduce`` / ``add`` / ``merge``): the
+per-record path runs them unchanged where the columnar path does not apply, and both keep the same
+value in state, so checkpoints and savepoints do not depend on which path ran.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Union
+
+import numpy as np
+
+from keyspan.common.types import Row
+from keyspan.datastream.functions import AggregateFunction, ReduceFunction
+
+__all__ = ["RollingAggregation", "BatchAggregateFunction", "Sum", "Count", "Min", "Max", "Avg", "First", "Last",
+           "field_getter", "replace_field"]
+
+Field = Union[int, str, None]
+
+
+def field_getter(position: Field):
+    """Reads field ``position`` (index or name) of a record; ``None`` reads the whole record."""
+    if position is None:
+        return lambda v: v
+    if isinstance(position, str):
+        name_of = operator.attrgetter(position)
+        return lambda v: v[position] if isinstance(v, dict) else name_of(v)
+    return operator.itemgetter(position)
+
+
+def replace_field(value, position, new):
+    """``value`` with field ``position`` set to ``new`` (the record's own type is kept)."""
+    if isinstance(value, Row) and value._fields is not None:
+        idx = value._fields.index(position) if isinstance(position, str) else position
+        values = list(value)
+        values[idx] = new
+        return Row.from_values(value._fields, values)
+    if isinstance(value, (tuple, list)):
+        values = list(value)
+        values[position] = new
+        return type(value)(values) if not isinstance(value, Row) else Row(*values)
+    if isinstance(value, dict):
+        return {**value, position: new}
+    raise TypeError(f"cannot aggregate field {position!r} of a {type(value).__name__}")
+
+
+class RollingAggregation(ReduceFunction):
+    """Flink's built-in streaming aggregations: ``sum``/``min``/``max`` keep the first record's other
+    fields, ``min_by``/``max_by`` keep the whole winning record (the first one on ties)."""
+
+    KINDS = ("sum", "min", "max", "min_by", "max_by")
+
+    def __init__(self, kind: str, position: Field):
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown aggregation {kind!r}; one of {', '.join(self.KINDS)}")
+        self.kind = kind
+        self.position = position
+        self._get = field_getter(position)
+
+    def __getstate__(self):
+        return {"kind": self.kind, "position": self.position}
+
+    def __setstate__(self, state):
+        self.__init__(state["kind"], state["position"])
+
+    def reduce(self, acc, value):
+        kind = self.kind
+        if not isinstance(acc, (tuple, list, dict)):
+            a, b = acc, value
+        else:
+            a, b = self._get(acc), self._get(value)
+        if kind == "min_by":
+            return value if b < a else acc
+        if kind == "max_by":
+            return value if b > a else acc
+        new = a + b if kind == "sum" else min(a, b) if kind == "min" else max(a, b)
+        return new if not isinstance(acc, (tuple, list, dict)) else replace_field(acc, self.position, new)
+
+    __call__ = reduce
+
+
+class BatchAggregateFunction(AggregateFunction):
+    """An ``AggregateFunction`` that can also take many records at once.
+
+    Override ``add_batch(accumulator, batch)`` — ``batch`` is a ``pyarrow.RecordBatch`` of one key's
+    records for one window, one column per field (a ``Row``'s field names, ``f0``, ``f1``, … for
+    tuples, ``f0`` for plain values) — and return the new accumulator. ``add`` (one record) is derived
+    from it; ``merge`` combines two accumulators, the earlier first, and is required. The windowed
+    fast path pre-aggregates each epoch's records per key and window with ``add_batch`` and merges the
+    result into the window's state with ``merge``.
+    """
+
+    commutative = False  # True: the order records are added in never changes the result
+
+    def add_batch(self, accumulator, batch):
+        raise NotImplementedError(f"{type(self).__name__} does not implement add_batch")
+
+    def add(self, value, accumulator):
+        return self.add_batch(accumulator, record_batch([value]))
+
+    def accumulate_groups(self, records: list, group_ids, n_groups: int) -> list:
+        """One accumulator per group of ``records`` (``group_ids[i]`` is record i's group, in
+        0..n_groups-1; a group's records keep their order). Built-ins override this with NumPy."""
+        batch = record_batch(records)
+        order, bounds = _segments(group_ids, n_groups)
+        return [self.add_batch(self.create_accumulator(), batch.take(order[bounds[g]:bounds[g + 1]]))
+                for g in range(n_groups)]
+
+
+def record_batch(records: list):
+    """Records as a ``pyarrow.RecordBatch``: a Row's field names, ``f0``… for tuples and plain values."""
+    import pyarrow as pa
+
+    first = records[0]
+    if isinstance(first, Row) and first._fields is not None:
+        names = list(first._fields)
+    elif isinstance(first, (tuple, list)):
+        names = [f"f{i}" for i in range(len(first))]
+    else:
+        return pa.RecordBatch.from_arrays([pa.array(records)], ["f0"])
+    return pa.RecordBatch.from_arrays([pa.array(list(col)) for col in zip(*records)], names)
+
+
+def _numeric_column(records: list, get):
+    """The field as a NumPy array when every value is an int (in the int64 range) or every one a
+    float without NaN; else None (the caller then adds record by record, as Python would)."""
+    values = list(map(get, records))
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        if max(values) >= 2 ** 62 // len(values) or min(values) <= -(2 ** 62) // len(values):
+            return None  # the sums might leave int64: Python's ints do not
+        return np.array(values, dtype=np.int64)
+    if kinds == {float}:
+        arr = np.array(values, dtype=np.float64)
+        return None if np.isnan(arr).any() else arr
+    return None
+
+
+def _segments(group_ids, n_groups: int):
+    order = np.argsort(group_ids, kind="stable")
+    bounds = np.searchsorted(group_ids[order], np.arange(n_groups + 1))
+    return order, bounds
+
+
+class _FieldAggregate(BatchAggregateFunction):
+    """A built-in aggregate of one field (``field`` = index or name; ``None``: the record itself)."""
+
+    def __init__(self, field: Field = None):
+        self.field = field
+        self._get = field_getter(field)
+
+    def __getstate__(self):
+        return {"field": self.field}
+
+    def __setstate__(self, state):
+        self.__init__(state["field"])
+
+    def __repr__(self):
+        return f"{type(self).__name__}({'' if self.field is None else repr(self.field)})"
+
+    def add_batch(self, accumulator, batch):
+        column = batch.column(self._column_index(batch))
+        for value in column.to_pylist():
+            accumulator = self.add_value(value, accumulator)
+        return accumulator
+
+    def _column_index(self, batch) -> int:
+        if self.field is None:
+            return 0
+        return batch.schema.get_field_index(self.field) if isinstance(self.field, str) else self.field
+
+    def add(self, value, accumulator):
+        return self.add_value(self._get(value), accumulator)
+
+    def add_value(self, value, accumulator):
+        raise NotImplementedError
+
+    def accumulate_groups(self, records, group_ids, n_groups):
+        column = _numeric_column(records, self._get) if self._ufunc is not None else None
+        if column is None:  # not numeric: record by record, the per-record path's arithmetic
+            accs = [self.create_accumulator() for _ in range(n_groups)]
+            add, get = self.add_value, self._get
+            for r, g in zip(records, group_ids.tolist()):
+                accs[g] = add(get(r), accs[g])
+            return accs
+        order, bounds = _segments(group_ids, n_groups)
+        reduced = self._ufunc.reduceat(column[order], bounds[:-1]).tolist()
+        return self._from_reduced(reduced, bounds)
+
+    _ufunc = None
+
+    def _from_reduced(self, reduced: list, bounds) -> list:
+        return reduced
+
+
+class Sum(_FieldAggregate):
+    """The sum of a numeric field."""
+
+    commutative = True
+    _ufunc = np.add
+
+    def create_accumulator(self):
+        return 0
+
+    def add_value(self, value, accumulator):
+        return accumulator + value
+
+    def get_result(self, accumulator):
+        return accumulator
+
+    def merge(self, acc_a, acc_b):
+        return acc_a + acc_b
+
+
+class Count(_FieldAggregate):
+    """The number of records."""
+
+    commutative = True
+
+    def create_accumulator(self):
+        return 0
+
+    def add_value(self, value, accumulator):
+        return accumulator + 1
+
+    def get_result(self, accumulator):
+        return accumulator
+
+    def merge(self, acc_a, acc_b):
+        return acc_a + acc_b
+
+    def accumulate_groups(self, records, group_ids, n_groups):
+        return np.bincount(group_ids, minlength=n_groups).tolist()
+
+
+class _Extremum(_FieldAggregate):
+    commutative = True
+
+    def create_accumulator(self):
+        return None
+
+    def get_result(self, accumulator):
+        return accumulator
+
+    def merge(self, acc_a, acc_b):
+        if acc_a is None:
+            return acc_b
+        return acc_a if acc_b is None else self.add_value(acc_b, acc_a)
+
+
+class Min(_Extremum):
+    """The smallest value of a field."""
+
+    _ufunc = np.minimum
+
+    def add_value(self, value, accumulator):
+        return value if accumulator is None else min(accumulator, value)
+
+
+class Max(_Extremum):
+    """The largest value of a field."""
+
+    _ufunc = np.maximum
+
+    def add_value(self, value, accumulator):
+        return value if accumulator is None else max(accumulator, value)
+
+
+class Avg(_FieldAggregate):
+    """The mean of a numeric field (the accumulator is ``(sum, count)``)."""
+
+    commutative = True
+    _ufunc = np.add
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add_value(self, value, accumulator):
+        return accumulator[0] + value, accumulator[1] + 1
+
+    def get_result(self, accumulator):
+        return accumulator[0] / accumulator[1] if accumulator[1] else None
+
+    def merge(self, acc_a, acc_b):
+        return acc_a[0] + acc_b[0], acc_a[1] + acc_b[1]
+
+    def _from_reduced(self, reduced, bounds):
+        counts = (bounds[1:] - bounds[:-1]).tolist()
+        return list(zip(reduced, counts))
+
+
+class First(_FieldAggregate):
+    """The field (or, without ``field``, the record) of the first record in arrival order."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_value(self, value, accumulator):
+        return (value,) if accumulator is None else accumulator
+
+    def get_result(self, accumulator):
+        return None if accumulator is None else accumulator[0]
+
+    def merge(self, acc_a, acc_b):
+        return acc_b if acc_a is None else acc_a
+
+    def accumulate_groups(self, records, group_ids, n_groups):
+        _, firsts = np.unique(group_ids, return_index=True)
+        get = self._get
+        return [(get(records[i]),) for i in firsts.tolist()]
+
+
+class Last(_FieldAggregate):
+    """The field (or, without ``field``, the record) of the last record in arrival order."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_value(self, value, accumulator):
+        return (value,)
+
+    def get_result(self, accumulator):
+        return None if accumulator is None else accumulator[0]
+
+    def merge(self, acc_a, acc_b):
+        return acc_a if acc_b is None else acc_b
+
+    def accumulate_groups(self, records, group_ids, n_groups):
+        _, lasts = np.unique(group_ids[::-1], return_index=True)
+        get = self._get
+        n = len(records)
+        return [(get(records[n - 1 - i]),) for i in lasts.tolist()]

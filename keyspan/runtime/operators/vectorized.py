@@ -1,0 +1,281 @@
+"""The columnar fast path of known aggregations (docs/aggregations.md).
+
+A keyed operator here has ``process_batch(backend, ctx, kgs, keys, records, stamps)``: the stage
+hands it a whole chunk of records (up to 16k) instead of one record at a time. It returns the
+chunk's outputs (with their timestamps) and the indices of records it left to the per-record path
+(e.g. late ones), or ``None`` when the chunk does not qualify (an untyped field, NaN, …) — then the
+whole chunk runs through ``process_element`` record by record, exactly as without the fast path. Both paths keep the same values in the same states, so which
+one ran never shows in checkpoints, savepoints or results.
+
+* ``RollingAggregateOperator`` — ``KeyedStream.sum/min/max/min_by/max_by``: one output per record,
+  the key's running value, computed as grouped cumulative sums/minima offset by the stored value;
+  state is read and written once per key and chunk instead of once per record.
+* ``VectorizedWindowOperator`` — ``window(...).aggregate(f)`` with a ``BatchAggregateFunction`` on
+  event-time tumbling/sliding windows and the default trigger: each chunk is pre-aggregated per
+  (key, window) and merged into the window's accumulator; firing, lateness and cleanup stay the
+  window operator's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keyspan.common.types import Row
+from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field
+from keyspan.datastream.window import (
+    EventTimeTrigger,
+    SlidingEventTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+    WindowOperationDescriptor,
+)
+from keyspan.runtime.operators.window import WindowOperator
+from keyspan.state.api import AggregatingStateDescriptor
+
+__all__ = ["RollingAggregateOperator", "VectorizedWindowOperator", "vectorized"]
+
+
+def vectorized(fn):
+    """The columnar operator for runtime function ``fn``, or None when its aggregation is not known."""
+    if isinstance(fn, WindowOperationDescriptor):
+        contents = fn.window_state_descriptor
+        if (type(fn.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+                and type(fn.trigger) is EventTimeTrigger
+                and isinstance(contents, AggregatingStateDescriptor)
+                and isinstance(contents.agg_function, BatchAggregateFunction)):
+            return VectorizedWindowOperator(fn)
+        return None
+    wrapped = fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else None
+    if isinstance(wrapped, RollingAggregation) and hasattr(fn, "STATE"):
+        return RollingAggregateOperator(fn)
+    return None
+
+
+def _key_codes(keys: list):
+    """Key → dense code in order of first appearance; the codes per record and the first index of each."""
+    index: dict = {}
+    setdefault = index.setdefault
+    codes = np.fromiter((setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+    _, firsts = np.unique(codes, return_index=True)
+    return codes, firsts, len(index)
+
+
+def _grouped(codes, n_keys: int):
+    """Record indices sorted by key (stable) and each key's segment bounds in that order."""
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(n_keys + 1))
+    return order, bounds
+
+
+def _numeric(values: list):
+    """``values`` as int64 (all ints, sums cannot overflow) or float64 (all floats, no NaN), else None."""
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        limit = 2 ** 62 // (len(values) + 1)
+        if max(values) >= limit or min(values) <= -limit:
+            return None
+        return np.array(values, dtype=np.int64)
+    if kinds == {float}:
+        arr = np.array(values, dtype=np.float64)
+        return None if np.isnan(arr).any() else arr
+    return None
+
+
+class RollingAggregateOperator:
+    """``_KeyedReduce`` over a ``RollingAggregation`` (same state, same per-record path), plus the
+    chunk-at-a-time path."""
+
+    def __init__(self, keyed_reduce):
+        self._per_record = keyed_reduce
+        self._agg: RollingAggregation = keyed_reduce.wrapped_user_function()
+
+    # the per-record path and lifecycle are the wrapped operator's
+    def open(self, runtime_context):
+        self._per_record.open(runtime_context)
+
+    def close(self):
+        self._per_record.close()
+
+    def wrapped_user_function(self):
+        return self._agg
+
+    def process_element(self, value, ctx):
+        return self._per_record.process_element(value, ctx)
+
+    def __getattr__(self, name):  # anything else the runtime asks of the operator (e.g. its STATE)
+        if name.startswith("__") or name == "_per_record":
+            raise AttributeError(name)
+        return getattr(self._per_record, name)
+
+    def process_batch(self, backend, ctx, kgs, keys, records, stamps):
+        agg = self._agg
+        kind = agg.kind
+        first = records[0]
+        record_type = type(first)
+        if any(type(r) is not record_type for r in records):
+            return None
+        scalar = record_type in (int, float)
+        if isinstance(agg.position, str):
+            typed = isinstance(first, Row) and first._fields is not None  # a field by name needs a named Row
+        else:
+            typed = scalar or isinstance(first, (tuple, list))
+        if not typed:
+            return None
+        values = records if scalar else list(map(agg._get, records))
+        column = _numeric(values)
+        if column is None:
+            return None
+        codes, firsts, n_keys = _key_codes(keys)
+        state = self._per_record._state
+        # the stored running value of every key of the chunk: one state read per key
+        bases = []
+        for i in firsts.tolist():
+            backend.current_key = keys[i]
+            backend.current_key_group = kgs[i]
+            bases.append(state.value())
+        base_values = [None if b is None else (b if scalar else agg._get(b)) for b in bases]
+        stored = [b for b in base_values if b is not None]
+        if stored and (set(map(type, stored)) != {type(values[0])} or max(map(abs, stored)) >= 2 ** 62
+                       or any(b != b for b in stored)):
+            return None  # a stored value of another type, or one a sum could carry out of int64
+        order, bounds = _grouped(codes, n_keys)
+        sorted_values = column[order]
+        starts = bounds[:-1]
+        if kind in ("sum", "min", "max"):
+            # fold the stored value into the key's first record of the chunk, as the per-record path does
+            for k, b in enumerate(base_values):
+                if b is not None:
+                    v = sorted_values[starts[k]].item()
+                    sorted_values[starts[k]] = b + v if kind == "sum" else min(b, v) if kind == "min" else max(b, v)
+            running = self._grouped_accumulate(kind, sorted_values, bounds, column.dtype)
+            if running is None:
+                return None
+            result = np.empty_like(running)
+            result[order] = running
+            heads = [records[i] if b is None else b for i, b in zip(firsts.tolist(), bases)]
+            pos = agg.position
+            if scalar:
+                outputs = result.tolist()
+            else:
+                outputs = [replace_field(heads[c], pos, v) for c, v in zip(codes.tolist(), result.tolist())]
+        else:
+            outputs = self._winners(kind, records, sorted_values, order, bounds, base_values, bases, codes)
+        # the last running value of every key goes back to state: one write per key
+        lasts = order[bounds[1:] - 1].tolist()
+        for i in lasts:
+            backend.current_key = keys[i]
+            backend.current_key_group = kgs[i]
+            state.update(outputs[i])
+        return outputs, stamps, ()
+
+    @staticmethod
+    def _grouped_accumulate(kind, sorted_values, bounds, dtype):
+        n_keys = len(bounds) - 1
+        if kind == "sum" and dtype == np.int64:
+            total = np.cumsum(sorted_values)
+            before = np.concatenate(([0], total))[bounds[:-1]]  # the sum of all earlier keys' segments
+            seg = np.repeat(np.arange(n_keys), np.diff(bounds))
+            return total - before[seg]
+        ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
+        if kind == "sum":  # floats: accumulate each key on its own, in arrival order, like Python's additions
+            out = np.empty_like(sorted_values)
+            for k in range(n_keys):
+                s, e = bounds[k], bounds[k + 1]
+                out[s:e] = ufunc.accumulate(sorted_values[s:e])
+            return out
+        seg = np.repeat(np.arange(n_keys), np.diff(bounds))
+        import pandas as pd
+
+        series = pd.Series(sorted_values)
+        grouped = series.groupby(seg, sort=False)
+        return (grouped.cummin() if kind == "min" else grouped.cummax()).to_numpy(dtype=sorted_values.dtype)
+
+    @staticmethod
+    def _winners(kind, records, sorted_values, order, bounds, base_values, bases, codes):
+        """min_by/max_by: each record's output is the record holding the running extremum (the first
+        one on ties, as Flink's), or the stored record while it still wins."""
+        import pandas as pd
+
+        n_keys = len(bounds) - 1
+        seg = np.repeat(np.arange(n_keys), np.diff(bounds))
+        starts = bounds[:-1]
+        better = np.less if kind == "min_by" else np.greater
+        folded = sorted_values.copy()
+        for k, b in enumerate(base_values):  # the stored record competes first
+            if b is not None and not better(folded[starts[k]], b):
+                folded[starts[k]] = b
+        grouped = pd.Series(folded).groupby(seg, sort=False)
+        running = (grouped.cummin() if kind == "min_by" else grouped.cummax()).to_numpy(dtype=folded.dtype)
+        previous = np.empty_like(running)
+        previous[1:] = running[:-1]
+        new_best = better(sorted_values, previous)
+        for k, b in enumerate(base_values):
+            new_best[starts[k]] = True if b is None else bool(better(sorted_values[starts[k]], b))
+        positions = np.where(new_best, order, -1)
+        winner = pd.Series(positions).groupby(seg, sort=False).cummax().to_numpy()
+        out = [None] * len(records)
+        for sorted_i, (idx, w) in enumerate(zip(order.tolist(), winner.tolist())):
+            out[idx] = records[w] if w >= 0 else bases[seg[sorted_i]]
+        return out
+
+
+class VectorizedWindowOperator(WindowOperator):
+    """The window operator with a chunk-at-a-time path for ``BatchAggregateFunction``s."""
+
+    def process_batch(self, backend, ctx, kgs, keys, records, stamps):
+        if stamps is None or any(s is None for s in stamps):
+            return None
+        ts = np.array(stamps, dtype=np.int64)
+        timers = ctx.timer_service()
+        self._timer_service = timers
+        watermark = timers.current_watermark()
+        assigner = self._assigner
+        size = assigner._size
+        tumbling = isinstance(assigner, TumblingEventTimeWindows)
+        if tumbling:
+            first_start = ts - (ts - assigner._offset) % size
+        else:  # sliding: windows [last, last - slide, …] while start > ts - size
+            slide = assigner._slide
+            last = ts - (ts - assigner._offset) % slide
+            per_record = -(-(last - ts + size) // slide)
+            first_start = last - (per_record - 1) * slide
+        # a record with a window the watermark has passed fires that window at once or is late: it
+        # runs record by record after the rest. Only such windows can fire, and columnar records
+        # never touch them; they share other windows only when sliding, where order matters unless
+        # the aggregate is commutative.
+        special = first_start + size - 1 <= watermark
+        agg = self._descriptor.window_state_descriptor.agg_function
+        if special.all() or (special.any() and not tumbling and not agg.commutative):
+            return None
+        keep = np.flatnonzero(~special)
+        if tumbling:
+            rows, starts = keep, first_start[keep]
+        else:  # one row per (record, window), in the assigner's window order
+            counts = per_record[keep]
+            rows = np.repeat(keep, counts)
+            step = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+            starts = last[rows] - step * slide
+        codes, _, _ = _key_codes(keys)
+        import pandas as pd
+
+        window_ids, _ = pd.factorize(starts)
+        group_of_row, group_heads = pd.factorize(codes[rows] * (int(window_ids.max()) + 1) + window_ids)
+        group_of_row = group_of_row.astype(np.int64)
+        row_records = [records[i] for i in rows.tolist()]
+        accumulators = agg.accumulate_groups(row_records, group_of_row, len(group_heads))
+        _, heads = np.unique(group_of_row, return_index=True)  # each group's first row, in group order
+        contents = self._contents
+        tc = self._trigger_ctx
+        trigger = self._trigger
+        for g, row in enumerate(heads.tolist()):
+            i = int(rows[row])
+            start = int(starts[row])
+            window = TimeWindow(start, start + size)
+            backend.current_key = self._key = keys[i]
+            backend.current_key_group = kgs[i]
+            contents.set_current_namespace(window)
+            contents.add_accumulator(accumulators[g])
+            tc.window = window
+            trigger.on_element(records[i], stamps[i], window, tc)
+            self._register_cleanup_timer(window)
+        return (), None, np.flatnonzero(special).tolist()

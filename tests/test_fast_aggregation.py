@@ -1,0 +1,300 @@
+"""The columnar fast path of known aggregations (issue 16, docs/aggregations.md) gives exactly the
+per-record path's results: rolling ``KeyedStream.sum/min/max/min_by/max_by`` and windowed
+``aggregate`` with keyspan's aggregate functions, with out-of-order and late data, across epochs,
+across a savepoint taken on one path and restored on the other at another parallelism. Every job
+runs twice on the same input — ``set_vectorized_aggregation(True)`` and ``(False)`` — and the
+operator metric ``numRecordsVectorized`` shows which path ran.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keyspan.common import Duration, Row, Time, WatermarkStrategy
+from keyspan.common.serialization import Encoder
+from keyspan.connectors.driver_sinks import CollectSink
+from keyspan.datastream import StreamExecutionEnvironment
+from keyspan.datastream.aggregates import Avg, BatchAggregateFunction, Count, First, Last, Max, Min, Sum
+from keyspan.datastream.connectors.file_system import FileSink
+from keyspan.datastream.functions import ProcessWindowFunction
+from keyspan.datastream.output_tag import OutputTag
+from keyspan.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
+from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+
+BOUND = 30       # ms, watermark bound
+LATENESS = 40    # ms, allowed lateness
+WINDOW = 100     # ms
+
+
+def disordered(n: int, seed: int, keys: str = "abcdefg", late_every: int = 23):
+    """(key, event time, value) out of order within BOUND + LATENESS, with a record every
+    ``late_every`` far behind the watermark (for the late-data side output)."""
+    rng = random.Random(seed)
+    out, clock = [], 1000
+    for i in range(n):
+        clock += rng.randint(0, 12)
+        ts = clock - rng.randint(0, BOUND + LATENESS)
+        if late_every and i % late_every == late_every - 1:
+            ts = clock - 5 * WINDOW  # behind every window's cleanup time
+        out.append((rng.choice(keys), ts, rng.randint(-50, 100)))
+    return out
+
+
+def strategy():
+    return WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND)) \
+        .with_timestamp_assigner(lambda value, _: value[1])
+
+
+class KeyedResult(ProcessWindowFunction):
+    """Tags a window's aggregate with its key and window."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def process(self, key, context, elements):
+        (result,) = elements
+        yield self.name, key, context.window().start, result
+
+
+class SpreadOf(BatchAggregateFunction):
+    """A user's Arrow-batch aggregate: max - min of field ``f2``, from pyarrow compute."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_batch(self, accumulator, batch):
+        lo, hi = pc.min_max(batch.column("f2")).values()
+        lo, hi = lo.as_py(), hi.as_py()
+        return (lo, hi) if accumulator is None else (min(accumulator[0], lo), max(accumulator[1], hi))
+
+    def merge(self, acc_a, acc_b):
+        if acc_a is None or acc_b is None:
+            return acc_b if acc_a is None else acc_a
+        return min(acc_a[0], acc_b[0]), max(acc_a[1], acc_b[1])
+
+    def get_result(self, accumulator):
+        return accumulator[1] - accumulator[0]
+
+
+ROLLING = ("sum", "min", "max", "min_by", "max_by")
+WINDOWS = (("tumbling", "avg", Avg(2)), ("tumbling", "min", Min(2)), ("tumbling", "last", Last(2)),
+           ("tumbling", "spread", SpreadOf()), ("sliding", "count", Count()), ("sliding", "max", Max(2)))
+
+
+def source(env, data, vectorize: bool, cut: int):
+    env.set_vectorized_aggregation(vectorize)
+    env.set_parallelism(1)  # one source partition: a key's records keep their order (rolling aggregates)
+    env.set_max_records_per_epoch(cut)
+    return env.from_collection(data).assign_timestamps_and_watermarks(strategy()).key_by(lambda r: r[0])
+
+
+def build_rolling(env, data, vectorize: bool, cut: int = 60):
+    keyed = source(env, data, vectorize, cut)
+    branches = [getattr(keyed, kind)(2).set_parallelism(2).map(lambda r, k=kind: ("rolling", k, r))
+                for kind in ROLLING]
+    return branches[0].union(*branches[1:])
+
+
+def build_windows(env, data, vectorize: bool, cut: int = 60):
+    """Windowed aggregates with allowed lateness, each with its late-data side output."""
+    keyed = source(env, data, vectorize, cut)
+    late = OutputTag("late")
+    branches = []
+    for kind, agg_name, agg in WINDOWS:
+        assigner = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW)) if kind == "tumbling" else \
+            SlidingEventTimeWindows.of(Time.milliseconds(WINDOW), Time.milliseconds(40))
+        name = f"{kind}-{agg_name}"
+        windowed = keyed.window(assigner).allowed_lateness(LATENESS).side_output_late_data(late) \
+            .aggregate(agg, KeyedResult(name)).set_parallelism(2)
+        branches.append(windowed)
+        branches.append(windowed.get_side_output(late).map(lambda r, n=name: ("late", n, r)))
+    return branches[0].union(*branches[1:])
+
+
+def run(env, stream, name: str):
+    sink = CollectSink()
+    stream.sink_to(sink)
+    result = env.execute(name)
+    vectorized = sum(m["value"] for m in result.metrics.user_metrics() if m["name"] == "numRecordsVectorized")
+    return sink.results(), vectorized
+
+
+def by_operator(results) -> dict:
+    """Results per aggregation and key, each key's results in arrival order (late records sorted)."""
+    out: dict = {}
+    for r in results:
+        if r[0] == "rolling":
+            out.setdefault((r[1], r[2][0]), []).append(r[2])
+        elif r[0] == "late":
+            out.setdefault(("late", r[1]), []).append(r[2])
+        else:  # a window result: (name, key, window start, result), a key's firings in order
+            out.setdefault((r[0], r[1]), []).append(r)
+    return {k: sorted(v) if k[0] == "late" else v for k, v in out.items()}
+
+
+def both_paths(build, data, name):
+    results = {}
+    for vectorize in (True, False):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        results[vectorize] = run(env, build(env, data, vectorize), f"{name}-{vectorize}")
+    (fast, fast_count), (slow, slow_count) = results[True], results[False]
+    assert slow_count == 0
+    return by_operator(fast), by_operator(slow), fast_count
+
+
+def reference_rolling(kind, data, pos=2):
+    state, out = {}, []
+    for r in data:
+        acc = state.get(r[0])
+        if acc is None:
+            new = r
+        elif kind in ("sum", "min", "max"):
+            v = {"sum": acc[pos] + r[pos], "min": min(acc[pos], r[pos]), "max": max(acc[pos], r[pos])}[kind]
+            new = acc[:pos] + (v,) + acc[pos + 1:]
+        elif kind == "min_by":
+            new = r if r[pos] < acc[pos] else acc
+        else:
+            new = r if r[pos] > acc[pos] else acc
+        state[r[0]] = new
+        out.append(new)
+    return out
+
+
+def test_rolling_aggregations_are_identical_on_both_paths_and_flinks(workdir):
+    data = disordered(240, seed=7)
+    fast, slow, vectorized = both_paths(build_rolling, data, "rolling")
+    assert vectorized == len(ROLLING) * len(data)  # every record went columnar
+    assert fast == slow
+    for kind in ROLLING:
+        expected = reference_rolling(kind, data)
+        for key in "abcdefg":
+            assert fast[(kind, key)] == [r for r in expected if r[0] == key], (kind, key)
+
+
+def test_window_aggregations_with_late_data_are_identical_on_both_paths(workdir):
+    data = disordered(240, seed=8)
+    fast, slow, vectorized = both_paths(build_windows, data, "windows")
+    assert vectorized > 0
+    assert fast == slow
+    assert fast[("late", "tumbling-avg")], "the input has late records: they reach the side output"
+    late = set(fast[("late", "tumbling-min")])
+    expected: dict = {}
+    for r in data:
+        if r not in late:
+            expected.setdefault((r[0], r[1] - r[1] % WINDOW), []).append(r[2])
+    mins = {(r[1], r[2]): r[3] for k, v in fast.items() if k[0] == "tumbling-min" for r in v}  # last firings
+    assert mins == {w: min(vs) for w, vs in expected.items()}
+
+
+def test_rolling_sum_on_named_row_fields_and_floats(env):
+    """Fields by name on Rows, float values and plain numbers go columnar too, with the same results."""
+    rows = [Row(key=f"k{i % 5}", amount=float(i % 7) / 4, n=i) for i in range(200)]
+    plain = [i % 9 for i in range(200)]
+    results = {}
+    for vectorize in (True, False):
+        e = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+        e.set_vectorized_aggregation(vectorize).set_max_records_per_epoch(64)
+        a = e.from_collection(rows).key_by(lambda r: r.key).sum("amount").set_parallelism(2).map(lambda r: ("row", r))
+        b = e.from_collection(plain).key_by(lambda v: v % 3).max_by().set_parallelism(2).map(lambda v: ("plain", v))
+        out, count = run(e, a.union(b), f"named-{vectorize}")
+        results[vectorize] = (sorted(map(repr, out)), count)
+    assert results[True][0] == results[False][0]
+    assert results[True][1] == len(rows) + len(plain) and results[False][1] == 0
+
+
+def test_untyped_fields_fall_back_to_the_per_record_path(env):
+    """Mixed int/float values are not one numeric column: the chunk runs record by record, unchanged."""
+    data = [("a", 1), ("a", 2.5), ("b", 2), ("a", 2)]
+    env.set_parallelism(1)
+    out, count = run(env, env.from_collection(data).key_by(lambda r: r[0]).max_by(1).set_parallelism(2),
+                     "untyped")
+    assert count == 0 and sorted(out) == sorted([("a", 1), ("a", 2.5), ("b", 2), ("a", 2.5)])
+
+
+def _build_restorable(env, out, data, parallelism, vectorize):
+    env.set_vectorized_aggregation(vectorize)
+    env.set_parallelism(1).set_max_records_per_epoch(30)
+    keyed = env.from_collection(data).uid("src").assign_timestamps_and_watermarks(strategy()).uid("ts") \
+        .key_by(lambda r: r[0])
+    rolling = keyed.sum(2).uid("sum").set_parallelism(parallelism).map(lambda r: ["sum", *r]).uid("sum-json")
+    windows = keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))).allowed_lateness(LATENESS) \
+        .aggregate(Avg(2), KeyedResult("avg")).uid("avg").set_parallelism(parallelism).map(list).uid("avg-json")
+    rolling.union(windows).map(json.dumps).uid("json") \
+        .sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid("sink")
+
+
+def _lines(out):
+    return sorted(line for p in out.iterdir() if p.is_file() for line in p.read_text().splitlines())
+
+
+def test_a_savepoint_of_the_per_record_path_restores_on_the_fast_path_at_another_parallelism(workdir):
+    data = disordered(240, seed=3, late_every=0)
+    reference_out = workdir / "reference"
+    env = StreamExecutionEnvironment.get_execution_environment()
+    _build_restorable(env, reference_out, data, 2, vectorize=True)
+    env.execute("restorable-reference")
+    reference = _lines(reference_out)
+    assert len([line for line in reference if line.startswith('["sum"')]) == len(data)
+
+    out = workdir / "out"
+    env = StreamExecutionEnvironment.get_execution_environment()
+    _build_restorable(env, out, data, 2, vectorize=False)
+    job = BackgroundJob(env, "restorable")
+    wait_for_checkpoints("restorable", 3, job=job)
+    path = stop_with_savepoint("restorable")
+    job.join()
+    read = json.loads(open(path.removeprefix("file://") + "/_metadata.json").read())["source_offsets"]["0"]["index"]
+    assert 0 < read < len(data), "the savepoint must cut the input"
+
+    use_options(savepoint_path=path)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    _build_restorable(env, out, data, 3, vectorize=True)
+    env.execute("restorable")
+    assert _lines(out) == reference
+
+
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), cut=st.integers(3, 40))
+def test_window_sums_do_not_depend_on_epoch_cuts_or_the_path(workdir, seed, cut):
+    """Interval independence (tests/test_interval_independence.py) on both paths: the last firing of
+    every window equals the reference, whatever the epoch cut."""
+    data = disordered(60, seed=seed, keys="abc", late_every=0)
+    expected: dict = {}
+    for key, ts, value in data:
+        expected[(key, ts - ts % WINDOW)] = expected.get((key, ts - ts % WINDOW), 0) + value
+    for vectorize in (True, False):
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+        env.set_vectorized_aggregation(vectorize).set_max_records_per_epoch(cut)
+        stream = env.from_collection(data).assign_timestamps_and_watermarks(strategy()).key_by(lambda r: r[0]) \
+            .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))).allowed_lateness(LATENESS) \
+            .aggregate(Sum(2), KeyedResult("sum"))
+        out, count = run(env, stream, f"cuts-{vectorize}")
+        assert (count > 0) == vectorize
+        last = {}
+        for _, key, start, total in out:
+            last[(key, start)] = total
+        assert last == expected
+
+
+@pytest.mark.parametrize("agg,records,expected", [
+    (Sum(1), [("a", 1), ("a", 2)], 3), (Count(), [("a", 1), ("a", 2)], 2), (Avg(1), [("a", 1), ("a", 2)], 1.5),
+    (Min(1), [("a", 4), ("a", 2)], 2), (Max(1), [("a", 4), ("a", 2)], 4), (First(1), [("a", 4), ("a", 2)], 4),
+    (Last(1), [("a", 4), ("a", 2)], 2), (First(), [("a", 4), ("a", 2)], ("a", 4)),
+])
+def test_aggregate_functions_agree_record_by_record_and_columnar(agg, records, expected):
+    import numpy as np
+
+    acc = agg.create_accumulator()
+    for r in records:
+        acc = agg.add(r, acc)
+    assert agg.get_result(acc) == expected
+    (columnar,) = agg.accumulate_groups(records, np.zeros(len(records), dtype=np.int64), 1)
+    assert agg.get_result(columnar) == expected
+    half = agg.accumulate_groups(records[1:], np.zeros(1, dtype=np.int64), 1)[0]
+    assert agg.get_result(agg.merge(agg.add(records[0], agg.create_accumulator()), half)) == expected
