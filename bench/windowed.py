@@ -310,8 +310,11 @@ def stop_job(job_id: str) -> None:
 
     from keyspan.checkpoint.metadata import MetadataStore
 
+    from keyspan.rest.auth import auth_headers
+
     api = MetadataStore(options.current().metadata()).get_job(job_id)["api_url"]
-    httpx.post(f"{api}/jobs/{job_id}/stop", json={"savepoint": False}, timeout=30).raise_for_status()
+    httpx.post(f"{api}/jobs/{job_id}/stop", json={"savepoint": False}, timeout=30,
+               headers=auth_headers(options.current().workdir)).raise_for_status()
 
 
 def wait_until(condition, timeout: float, step: float = 0.1) -> bool:

@@ -387,6 +387,45 @@ def test_restored_map_with_wrong_shape_is_named(make_rocks):
         b.get_state(MapStateDescriptor("m"))
 
 
+@pytest.mark.parametrize("limit", [None, 1], ids=["buffered", "flushed-every-write"])
+def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch, limit):
+    """An epoch's value writes wait in the backend's buffer (RocksDB itself unchanged) while reads see
+    them; a rollback drops them, a delta and a confirm write them. With a 1-byte buffer every write
+    goes to RocksDB at once and the undo log alone must restore the epoch's start."""
+    import keyspan.state.rocksdb.backend as rocks_backend
+
+    if limit is not None:
+        monkeypatch.setattr(rocks_backend, "_PENDING_LIMIT", limit)
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    keys = ["a", "b", 3, ("t", 4), "gone"]
+    for i, k in enumerate(keys):
+        at(b, k)
+        v.update(i)
+    b.confirm()
+    on_disk = sorted(b._db.items())
+    for k in keys:
+        at(b, k)
+        v.update(v.value() + 10)
+        v.update(v.value() + 10)  # read back from the buffer, not from RocksDB
+    at(b, "gone")
+    v.clear()
+    at(b, "new")
+    v.update(99)
+    assert [(at(b, k), v.value())[1] for k in keys + ["new"]] == [20, 21, 22, 23, None, 99]
+    assert (sorted(b._db.items()) == on_disk) is (limit is None)
+    b.rollback()
+    assert sorted(b._db.items()) == on_disk
+    assert [(at(b, k), v.value())[1] for k in keys + ["new"]] == [0, 1, 2, 3, 4, None]
+    for k in keys:
+        at(b, k)
+        v.update(v.value() + 1)
+    delta = norm(b.changed_sections())
+    assert sorted(p for sec in delta.values() for p in sec["v"][0].values()) == [1, 2, 3, 4, 5]
+    b.confirm()
+    assert [(at(b, k), v.value())[1] for k in keys] == [1, 2, 3, 4, 5]
+
+
 def test_random_operations_match_heap(make_rocks):
     """Differential: the same random operations, epochs confirmed or rolled back at random."""
     rng = random.Random(7)
