@@ -143,10 +143,12 @@ class RollingAggregateOperator:
         starts = bounds[:-1]
         if kind in ("sum", "min", "max"):
             # fold the stored value into the key's first record of the chunk, as the per-record path does
-            for k, b in enumerate(base_values):
-                if b is not None:
-                    v = sorted_values[starts[k]].item()
-                    sorted_values[starts[k]] = b + v if kind == "sum" else min(b, v) if kind == "min" else max(b, v)
+            if stored:
+                has_base = np.fromiter((b is not None for b in base_values), dtype=bool, count=n_keys)
+                base = np.array([0 if b is None else b for b in base_values], dtype=column.dtype)[has_base]
+                at = starts[has_base]
+                fold = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
+                sorted_values[at] = fold(base, sorted_values[at])
             running = self._grouped_accumulate(kind, sorted_values, bounds, column.dtype)
             if running is None:
                 return None
@@ -156,6 +158,16 @@ class RollingAggregateOperator:
             pos = agg.position
             if scalar:
                 outputs = result.tolist()
+            elif isinstance(first, tuple):
+                # each key's record around the aggregated field, split once per key (not per record)
+                parts = []
+                cut = tuple.__getitem__
+                for h in heads:
+                    i = h._fields.index(pos) if isinstance(pos, str) else pos % len(h)
+                    parts.append((type(h), cut(h, slice(0, i)), cut(h, slice(i + 1, None))))
+                new = tuple.__new__
+                outputs = [new(cls, pre + (v,) + post)
+                           for (cls, pre, post), v in zip(map(parts.__getitem__, codes.tolist()), result.tolist())]
             else:
                 outputs = [replace_field(heads[c], pos, v) for c, v in zip(codes.tolist(), result.tolist())]
         else:
