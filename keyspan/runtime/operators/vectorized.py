@@ -126,6 +126,8 @@ class RollingAggregateOperator:
         if column is None:
             return None
         codes, firsts, n_keys = _key_codes(keys)
+        if 4 * n_keys > len(records):
+            return None  # fewer than 4 records per key: batching costs more than it saves (bench/fast_aggregation.py)
         state = self._per_record._state
         # the stored running value of every key of the chunk: one state read per key
         bases = []
