@@ -299,3 +299,21 @@ def test_aggregate_functions_agree_record_by_record_and_columnar(agg, records, e
     assert agg.get_result(columnar) == expected
     half = agg.accumulate_groups(records[1:], np.zeros(1, dtype=np.int64), 1)[0]
     assert agg.get_result(agg.merge(agg.add(records[0], agg.create_accumulator()), half)) == expected
+
+
+def test_the_fast_path_is_on_by_default_and_a_configuration_key_turns_it_off():
+    from keyspan.common import Configuration
+    from keyspan.datastream.data_stream import _KeyedReduce
+    from keyspan.runtime.operators import runtime_function
+    from keyspan.runtime.operators.vectorized import RollingAggregateOperator
+
+    assert StreamExecutionEnvironment.get_execution_environment().is_vectorized_aggregation_enabled()
+    config = Configuration()
+    config.set_string("keyspan.vectorized-aggregation", "false")
+    assert not StreamExecutionEnvironment.get_execution_environment(config).is_vectorized_aggregation_enabled()
+    from keyspan.datastream.aggregates import RollingAggregation
+
+    reduce = _KeyedReduce(RollingAggregation("sum", 1))
+    assert isinstance(runtime_function(reduce), RollingAggregateOperator)
+    assert runtime_function(reduce, vectorize=False) is reduce
+    assert not isinstance(runtime_function(_KeyedReduce(lambda a, b: a)), RollingAggregateOperator)
