@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from keyspan.common.types import Row
-from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field
+from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field, segments
 from keyspan.datastream.window import (
     EventTimeTrigger,
     SlidingEventTimeWindows,
@@ -58,13 +58,6 @@ def _key_codes(keys: list):
     codes = np.fromiter((setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
     _, firsts = np.unique(codes, return_index=True)
     return codes, firsts, len(index)
-
-
-def _grouped(codes, n_keys: int):
-    """Record indices sorted by key (stable) and each key's segment bounds in that order."""
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(n_keys + 1))
-    return order, bounds
 
 
 def _numeric(values: list):
@@ -140,7 +133,7 @@ class RollingAggregateOperator:
         if stored and (set(map(type, stored)) != {type(values[0])} or max(map(abs, stored)) >= 2 ** 62
                        or any(b != b for b in stored)):
             return None  # a stored value of another type, or one a sum could carry out of int64
-        order, bounds = _grouped(codes, n_keys)
+        order, bounds = segments(codes, n_keys)
         sorted_values = column[order]
         starts = bounds[:-1]
         if kind in ("sum", "min", "max"):
@@ -152,8 +145,6 @@ class RollingAggregateOperator:
                 fold = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
                 sorted_values[at] = fold(base, sorted_values[at])
             running = self._grouped_accumulate(kind, sorted_values, bounds, column.dtype)
-            if running is None:
-                return None
             result = np.empty_like(running)
             result[order] = running
             heads = [records[i] if b is None else b for i, b in zip(firsts.tolist(), bases)]
@@ -173,7 +164,7 @@ class RollingAggregateOperator:
             else:
                 outputs = [replace_field(heads[c], pos, v) for c, v in zip(codes.tolist(), result.tolist())]
         else:
-            outputs = self._winners(kind, records, sorted_values, order, bounds, base_values, bases, codes)
+            outputs = self._winners(kind, records, sorted_values, order, bounds, base_values, bases)
         # the last running value of every key goes back to state: one write per key
         lasts = order[bounds[1:] - 1].tolist()
         for i in lasts:
@@ -205,7 +196,7 @@ class RollingAggregateOperator:
         return (grouped.cummin() if kind == "min" else grouped.cummax()).to_numpy(dtype=sorted_values.dtype)
 
     @staticmethod
-    def _winners(kind, records, sorted_values, order, bounds, base_values, bases, codes):
+    def _winners(kind, records, sorted_values, order, bounds, base_values, bases):
         """min_by/max_by: each record's output is the record holding the running extremum (the first
         one on ties, as Flink's), or the stored record while it still wins."""
         import pandas as pd
