@@ -23,7 +23,7 @@ from keyspan.common.types import Row
 from keyspan.datastream.functions import AggregateFunction, ReduceFunction
 
 __all__ = ["RollingAggregation", "BatchAggregateFunction", "Sum", "Count", "Min", "Max", "Avg", "First", "Last",
-           "field_getter", "replace_field"]
+           "field_getter", "replace_field", "segments"]
 
 Field = Union[int, str, None]
 
@@ -112,7 +112,7 @@ class BatchAggregateFunction(AggregateFunction):
         """One accumulator per group of ``records`` (``group_ids[i]`` is record i's group, in
         0..n_groups-1; a group's records keep their order). Built-ins override this with NumPy."""
         batch = record_batch(records)
-        order, bounds = _segments(group_ids, n_groups)
+        order, bounds = segments(group_ids, n_groups)
         return [self.add_batch(self.create_accumulator(), batch.take(order[bounds[g]:bounds[g + 1]]))
                 for g in range(n_groups)]
 
@@ -146,7 +146,8 @@ def _numeric_column(records: list, get):
     return None
 
 
-def _segments(group_ids, n_groups: int):
+def segments(group_ids, n_groups: int):
+    """Indices sorted by group (stable) and each group's bounds in that order."""
     order = np.argsort(group_ids, kind="stable")
     bounds = np.searchsorted(group_ids[order], np.arange(n_groups + 1))
     return order, bounds
@@ -193,7 +194,7 @@ class _FieldAggregate(BatchAggregateFunction):
             for r, g in zip(records, group_ids.tolist()):
                 accs[g] = add(get(r), accs[g])
             return accs
-        order, bounds = _segments(group_ids, n_groups)
+        order, bounds = segments(group_ids, n_groups)
         reduced = self._ufunc.reduceat(column[order], bounds[:-1]).tolist()
         return self._from_reduced(reduced, bounds)
 

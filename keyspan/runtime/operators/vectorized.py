@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from keyspan.common.types import Row
-from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field
+from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field, segments
 from keyspan.datastream.window import (
     EventTimeTrigger,
     SlidingEventTimeWindows,
@@ -58,13 +58,6 @@ def _key_codes(keys: list):
     codes = np.fromiter((setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
     _, firsts = np.unique(codes, return_index=True)
     return codes, firsts, len(index)
-
-
-def _grouped(codes, n_keys: int):
-    """Record indices sorted by key (stable) and each key's segment bounds in that order."""
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(n_keys + 1))
-    return order, bounds
 
 
 def _numeric(values: list):
@@ -126,6 +119,8 @@ class RollingAggregateOperator:
         if column is None:
             return None
         codes, firsts, n_keys = _key_codes(keys)
+        if 4 * n_keys > len(records):
+            return None  # fewer than 4 records per key: batching costs more than it saves (bench/fast_aggregation.py)
         state = self._per_record._state
         # the stored running value of every key of the chunk: one state read per key
         bases = []
@@ -138,28 +133,38 @@ class RollingAggregateOperator:
         if stored and (set(map(type, stored)) != {type(values[0])} or max(map(abs, stored)) >= 2 ** 62
                        or any(b != b for b in stored)):
             return None  # a stored value of another type, or one a sum could carry out of int64
-        order, bounds = _grouped(codes, n_keys)
+        order, bounds = segments(codes, n_keys)
         sorted_values = column[order]
         starts = bounds[:-1]
         if kind in ("sum", "min", "max"):
             # fold the stored value into the key's first record of the chunk, as the per-record path does
-            for k, b in enumerate(base_values):
-                if b is not None:
-                    v = sorted_values[starts[k]].item()
-                    sorted_values[starts[k]] = b + v if kind == "sum" else min(b, v) if kind == "min" else max(b, v)
+            if stored:
+                has_base = np.fromiter((b is not None for b in base_values), dtype=bool, count=n_keys)
+                base = np.array([0 if b is None else b for b in base_values], dtype=column.dtype)[has_base]
+                at = starts[has_base]
+                fold = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
+                sorted_values[at] = fold(base, sorted_values[at])
             running = self._grouped_accumulate(kind, sorted_values, bounds, column.dtype)
-            if running is None:
-                return None
             result = np.empty_like(running)
             result[order] = running
             heads = [records[i] if b is None else b for i, b in zip(firsts.tolist(), bases)]
             pos = agg.position
             if scalar:
                 outputs = result.tolist()
+            elif isinstance(first, tuple):
+                # each key's record around the aggregated field, split once per key (not per record)
+                parts = []
+                cut = tuple.__getitem__
+                for h in heads:
+                    i = h._fields.index(pos) if isinstance(pos, str) else pos % len(h)
+                    parts.append((type(h), cut(h, slice(0, i)), cut(h, slice(i + 1, None))))
+                new = tuple.__new__
+                outputs = [new(cls, pre + (v,) + post)
+                           for (cls, pre, post), v in zip(map(parts.__getitem__, codes.tolist()), result.tolist())]
             else:
                 outputs = [replace_field(heads[c], pos, v) for c, v in zip(codes.tolist(), result.tolist())]
         else:
-            outputs = self._winners(kind, records, sorted_values, order, bounds, base_values, bases, codes)
+            outputs = self._winners(kind, records, sorted_values, order, bounds, base_values, bases)
         # the last running value of every key goes back to state: one write per key
         lasts = order[bounds[1:] - 1].tolist()
         for i in lasts:
@@ -191,7 +196,7 @@ class RollingAggregateOperator:
         return (grouped.cummin() if kind == "min" else grouped.cummax()).to_numpy(dtype=sorted_values.dtype)
 
     @staticmethod
-    def _winners(kind, records, sorted_values, order, bounds, base_values, bases, codes):
+    def _winners(kind, records, sorted_values, order, bounds, base_values, bases):
         """min_by/max_by: each record's output is the record holding the running extremum (the first
         one on ties, as Flink's), or the stored record while it still wins."""
         import pandas as pd

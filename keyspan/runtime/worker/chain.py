@@ -206,8 +206,8 @@ class OperatorChain:
     def _batch_processor(self, op, inst, ctx, emit, process):
         """A columnar operator's entry (``keyspan.runtime.operators.vectorized``): a whole chunk goes to
         ``process_batch``; a chunk it declines, and the records it leaves over, run record by record
-        through ``process``. Records that
-        took the columnar path count in the operator's ``numRecordsVectorized`` metric."""
+        through ``process``. Records that took the columnar path count in the operator's
+        ``numRecordsVectorized`` metric."""
         batch = inst.function.process_batch
         backend = inst.backend
         cell = self.ts_cell
