@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -184,8 +185,8 @@ def test_kill_during_live_switch_recovers_exactly_once(workdir, reference):
 
 
 def test_live_rescale_on_the_standalone_cluster(spark_cluster, tmp_path, reference):
-    """The same job on the loopback standalone cluster (two workers): rescaled live 2→3 while it
-    runs, with the output of the run never rescaled, in one Spark application."""
+    """The same job on the loopback standalone cluster (two workers): rescaled live 2→3 by
+    ``keyspan rescale`` while it runs, with the output of the run never rescaled, in one Spark application."""
     out, wd = tmp_path / "out", tmp_path / "wd"
     proc = start_job(JOBS / "live_rescale_job.py", wd, env={"LIVE_RESCALE_OUTPUT": str(out)}, extra=[
         "-p", "2", "--master", spark_cluster.master_url, "--allow-local-storage", "--no-spark-ui",
@@ -198,9 +199,10 @@ def test_live_rescale_on_the_standalone_cluster(spark_cluster, tmp_path, referen
         store = MetadataStore(run_options.RunOptions(workdir=str(wd)).metadata())
         url = _api(store, "live-rescale")
         app = httpx.get(f"{url}/jobs/live-rescale", headers=auth_headers(str(wd))).json()["spark-application-id"]
-        answer = _rescale(url, "live-rescale", str(wd), 3)
-        assert answer.status_code == 200, answer.text
-        assert (answer.json()["from"], answer.json()["to"]) == (2, 3)
+        cli = subprocess.run([sys.executable, "-m", "keyspan", "rescale", "live-rescale", "-p", "3", "--workdir",
+                              str(wd)], capture_output=True, text=True, timeout=600)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert "rescaled job 'live-rescale' live from parallelism 2 to 3" in " ".join(cli.stdout.split())
         assert httpx.get(f"{url}/jobs/live-rescale", headers=auth_headers(str(wd))).json()[
             "spark-application-id"] == app
         _, err = proc.communicate(timeout=900)

@@ -786,12 +786,14 @@ class JobRunner:
               "of state restored)", file=sys.stderr)
 
     def _request_executors(self, parallelism: int) -> None:
-        """On a cluster that grants executors on demand, ask for as many as ``parallelism`` tasks need
-        (Spark's ``SparkContext.requestTotalExecutors``); a local master has nothing to ask for."""
+        """With Spark dynamic allocation on a cluster, ask at once for as many executors as
+        ``parallelism`` tasks need (``SparkContext.requestTotalExecutors``) rather than waiting for the
+        allocation manager to see the new epoch's tasks pending. Without dynamic allocation a request
+        would cap the application's executors, and a local master has nothing to ask for."""
         sc = self.stages.spark.sparkContext
-        if not self.on_cluster:
-            return
         conf = sc.getConf()
+        if not self.on_cluster or conf.get("spark.dynamicAllocation.enabled", "false").lower() != "true":
+            return
         per_executor = max(1, int(conf.get("spark.executor.cores", "1")) // int(conf.get("spark.task.cpus", "1")))
         executors = -(-parallelism // per_executor)
         try:
