@@ -307,8 +307,9 @@ def main():
 
     low, high = parse_bounds(args.autoscale)
     opts = run_options.current()
-    # a fresh job every run, and a local Spark with a task slot for every subtask the autoscaler may ask for
-    run_options.install(dataclasses.replace(opts, fresh=True, spark_master=opts.spark_master or f"local[{high}]"))
+    # a fresh job every run; a local Spark with a task slot for every subtask the autoscaler may ask for,
+    # and up to 3 attempts per task as on a cluster (a busy machine fails a Python worker now and then)
+    run_options.install(dataclasses.replace(opts, fresh=True, spark_master=opts.spark_master or f"local[{high},3]"))
     print(f"impressions arrive at {args.rate:g}/s; once the job runs, the source is cut off for {args.outage:g}s "
           f"(the outage); {args.cost_ms:g} ms of work per impression; autoscaler bounds {low}..{high}"
           + (f"; FIXED parallelism {args.fixed}" if args.fixed else ""))
