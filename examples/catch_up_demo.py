@@ -51,13 +51,14 @@ class FeedReader(SourceReader):
 
     def __init__(self, rate: float, campaigns: int, clock: str, outage: str, outage_s: float):
         self.rate, self.campaigns, self.clock, self.outage, self.outage_s = rate, campaigns, clock, outage, outage_s
-        self._times: dict[str, float] = {}
 
-    def _time(self, path: str) -> float | None:
-        if path not in self._times and os.path.exists(path):
+    @staticmethod
+    def _time(path: str) -> float | None:
+        try:
             with open(path) as f:
-                self._times[path] = float(f.read())
-        return self._times.get(path)
+                return float(f.read())
+        except (OSError, ValueError):
+            return None
 
     def arrived(self) -> int:
         t0 = self._time(self.clock)
@@ -67,14 +68,14 @@ class FeedReader(SourceReader):
         return None
 
     def backlog(self, offset):
-        return self.arrived() - (offset or self.initial_offset())["index"]
+        return max(0, self.arrived() - (offset or self.initial_offset())["index"])
 
     def latest_offset(self, start, max_records):
         began = self._time(self.outage)
         if began is not None and began <= time.time() < began + self.outage_s:
             return {"index": start["index"]}  # S3 is down: nothing can be read
-        end = self.arrived()
-        return {"index": end if max_records is None else min(end, start["index"] + max_records)}
+        end = self.arrived() if max_records is None else min(self.arrived(), start["index"] + max_records)
+        return {"index": max(start["index"], end)}  # the clock may be set back (see ImpressionFeed.set_clock)
 
     def partitions(self, start, end, parallelism):
         return split_range(start["index"], end["index"], parallelism)
@@ -100,16 +101,21 @@ class ImpressionFeed(KeyspanSource):
         return f"impressions:{self.rate}:{self.campaigns}"
 
     @staticmethod
-    def _mark(path: str) -> float:
-        now = time.time()
+    def _mark(path: str, at: float | None = None) -> float:
+        at = time.time() if at is None else at
         with open(path + ".tmp", "w") as f:
-            f.write(repr(now))
+            f.write(repr(at))
         os.replace(path + ".tmp", path)
-        return now
+        return at
 
     def start_clock(self) -> float:
         """Impressions start arriving now."""
         return self._mark(self.clock)
+
+    def set_clock(self, read: int) -> float:
+        """Impressions arrived so far: ``read`` (what the job has read), whatever piled up while Spark
+        started its first epoch (slow on a busy machine); returns the new start time."""
+        return self._mark(self.clock, time.time() - read / self.rate)
 
     def start_outage(self) -> float:
         """S3 goes down now, for ``outage_s`` seconds."""
@@ -205,6 +211,7 @@ def run(rate: float, outage: float, after: float, campaigns: int, cost_ms: float
     wait(lambda: client.get_job_status().result() == JobStatus.RUNNING)
     t0 = feed.start_clock()
     wait(lambda: books.received > 0 and time.time() >= t0 + lead)  # running, first epoch committed
+    t0 = feed.set_clock(books.received)  # the outage, not Spark's start-up, makes the backlog
     outage_at = feed.start_outage() - t0
     lifted = outage_at + outage
     wait(lambda: time.time() >= t0 + lifted + after)
