@@ -161,9 +161,10 @@ def test_backlog_scales_the_running_job_up_live_with_exact_output(workdir, spark
     every impression is counted once. (Scaling back down is pinned by the policy tests above; on a
     loaded 2-core machine a run short enough for CI does not reliably reach it.)"""
     demo = _demo()
-    # 40 impressions/s, cut off for 15 s once running, stopped 90 s later; 10 ms of waiting per
-    # impression (100/s per subtask); large epochs, so Spark's per-epoch overhead does not dominate
-    r = demo.run(rate=40, outage=15, after=90, campaigns=16, cost_ms=10, low=1, high=3, lead=0, max_per_epoch=2000,
+    # 40 impressions/s, cut off for 15 s once running, stopped 90 s later; 20 ms of waiting per
+    # impression (50/s per subtask: one cannot keep up); large epochs, so Spark's per-epoch
+    # overhead does not dominate
+    r = demo.run(rate=40, outage=15, after=90, campaigns=16, cost_ms=20, low=1, high=3, lead=0, max_per_epoch=2000,
                  job_name="autoscale-e2e",
                  settings={"metrics.window": "2 s", "stabilization.interval": "2 s", "catch-up.duration": "5 s",
                            "scale-up.grace-period": "4 s", "scale-down.interval": "2 s"})
