@@ -57,11 +57,11 @@ def main():
     low, high = parse_bounds(args.autoscale)
     workdir = tempfile.mkdtemp(prefix="keyspan-catch-up-")
     run_options.install(dataclasses.replace(run_options.RunOptions(workdir=workdir), fresh=True, progress=False,
-                                            spark_master=f"local[{max([high, *args.fixed])}]", spark_ui=False))
+                                            spark_master=f"local[{max([high, *args.fixed])},3]", spark_ui=False))
     runs = []
     for label, fixed in [(f"autoscaled {low}..{high}", None)] + [(f"fixed parallelism {p}", p) for p in args.fixed]:
         r = demo.run(args.rate, args.outage, args.after, args.campaigns, args.cost_ms, low, high, fixed=fixed,
-                     job_name=f"catch-up-{'auto' if fixed is None else fixed}", settle=15)
+                     job_name=f"catch-up-{'auto' if fixed is None else fixed}")
         runs.append((label, r))
         ps = [p["parallelism"] for p in r["curve"]]
         peak = max((p["backlog"] or 0) for p in r["curve"])
