@@ -62,4 +62,4 @@ class TaskReport:
     splits: dict[str, dict] = field(default_factory=dict)  # watermark origin uid → {split: max timestamp}
     next_timer: int | None = None  # earliest pending processing-time timer
     metrics: list = field(default_factory=list)  # user and operator metric snapshots
-    busy_ms: float = 0.0  # wall time the task spent on the epoch: the autoscaler's busy time
+    busy_ms: float = 0.0  # processing records and firing timers (not restore, input wait, snapshot)

@@ -124,7 +124,7 @@ class StageTask(OperatorChain):
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, batches):
-        self.started = time.perf_counter()
+        self.busy_s = 0.0
         try:
             metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)
             self._build()
@@ -153,6 +153,7 @@ class StageTask(OperatorChain):
                 return run
             entry = [reset_timestamp(e) for e in entry]
         for batch in batches:
+            began = time.perf_counter()
             if fmt == InputFormat.CHUNKS:
                 for payload in batch.column(0).to_pylist():
                     records = serde.loads(payload)
@@ -230,6 +231,7 @@ class StageTask(OperatorChain):
                                 cell[0] = stamps[i]
                             for e in targets:
                                 e(r)
+            self.busy_s += time.perf_counter() - began
             if self._buffered() >= FLUSH_RECORDS:
                 self._flush_exits()
                 out = self._take_batch()
@@ -288,7 +290,9 @@ class StageTask(OperatorChain):
 
     def _finish(self):
         if self.keyed_emit is not None:
+            began = time.perf_counter()
             self._fire_timers()
+            self.busy_s += time.perf_counter() - began
         handles, tokens = self._snapshot_state()
         sinks = []
         for index, writer in self.sink_writers.items():
@@ -311,7 +315,7 @@ class StageTask(OperatorChain):
             next_timer=min((t for t in (inst.timers.next_processing_time() for inst in self.instances
                                         if inst.timers is not None) if t is not None), default=None),
             metrics=metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),
-            busy_ms=(time.perf_counter() - self.started) * 1000,
+            busy_ms=self.busy_s * 1000,
         ))
         downstream = [e for e in self.plan.exits if e.kind != ExitKind.DRIVER]
         if downstream:
