@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--rate", type=float, default=50)
     ap.add_argument("--outage", type=float, default=30)
     ap.add_argument("--after", type=float, default=60)
-    ap.add_argument("--cost-ms", type=float, default=10.0)
+    ap.add_argument("--cost-ms", type=float, default=15.0)
     ap.add_argument("--campaigns", type=int, default=48)
     ap.add_argument("--autoscale", default="1..4")
     ap.add_argument("--fixed", type=int, nargs="*", default=[1])

@@ -305,7 +305,7 @@ def main():
     ap.add_argument("--outage", type=float, default=30, help="seconds the source cannot read")
     ap.add_argument("--after", type=float, default=90, help="seconds the job keeps running after the outage")
     ap.add_argument("--campaigns", type=int, default=48)
-    ap.add_argument("--cost-ms", type=float, default=10.0, help="milliseconds of waiting per impression")
+    ap.add_argument("--cost-ms", type=float, default=15.0, help="milliseconds of waiting per impression")
     ap.add_argument("--autoscale", default="1..4", help="the autoscaler's bounds MIN..MAX")
     ap.add_argument("--fixed", type=int, default=None, help="no autoscaling: run at this parallelism")
     ap.add_argument("--plot", default=None, help="write the lag curve to this SVG file")
