@@ -63,3 +63,5 @@ class TaskReport:
     next_timer: int | None = None  # earliest pending processing-time timer
     metrics: list = field(default_factory=list)  # user and operator metric snapshots
     busy_ms: float = 0.0  # processing records and firing timers (not restore, input wait, snapshot)
+    timers: bool = False  # a keyed operator holds timers: the end of bounded input must fire them
+    snapshot_ms: float = 0.0  # writing the epoch's state files: the tasks' share of a checkpoint's cost

@@ -152,6 +152,7 @@ class JobRunner:
         self.committed: dict | None = None  # the latest committed checkpoint
         self.run_info: dict | None = None  # this run's row of the metadata store
         self.parallel_changed = False  # the first epoch after a parallelism change writes full snapshots
+        self.timers_held = True  # whether the last committed epoch's keyed operators held timers (unknown yet)
         self.coordinator: CheckpointCoordinator | None = None
         self.stages: SparkStages | None = None
         self.observer: JobObserver | None = None
@@ -441,7 +442,7 @@ class JobRunner:
                 api.close()
         if self.failure is not None and not self.control.stopped:
             self._fail(self.failure)
-        if bounded and not self.control.stopped and self._input_end_pending():
+        if bounded and not self.control.stopped and self.timers_held and self._input_end_pending():
             try:
                 self._end_of_input()
             except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
@@ -626,7 +627,8 @@ class JobRunner:
     def _end_of_input(self) -> None:
         """Bounded input that ended without every watermark origin seeing its end (a ``from_spark``
         source's offsets cannot tell): one more epoch without records, with every watermark at
-        Long.MAX, fires the remaining event-time timers and windows. The run's Spark batches shift
+        Long.MAX, fires the remaining event-time timers and windows (a bounded run whose keyed
+        operators hold no timers skips it: it would fire nothing). The run's Spark batches shift
         by one first, so a resumed run never maps a batch onto this epoch."""
         self.store.shift_epoch_base(self.run_info["run_id"], 1)
         self.run_info["epoch_base"] += 1
@@ -654,7 +656,9 @@ class JobRunner:
 
             reports = self.coordinator.run_epoch(epoch, execute, is_storage_failure=_storage_failure,
                                                  on_failure=self.observer.checkpoint_failed)
-            self.observer.phase("tasks")
+            self.observer.phase("tasks", **{  # the slowest task's record processing and state writes
+                "tasks.busy": max((r.busy_ms for r in reports.values()), default=0) / 1000,
+                "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000})
             self._commit(epoch, offsets, reports, driver_rows, time_ctx)
             self.observer.epoch_done(epoch)
         except BaseException as exc:
@@ -734,6 +738,7 @@ class JobRunner:
                                           time_ctx.splits))
         self.observer.phase("commit", **self.coordinator.commit_seconds)
         self.parallel_changed = False
+        self.timers_held = any(r.timers for r in reports.values())
         self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)
         if self.rescaling is not None:

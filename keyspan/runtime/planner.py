@@ -96,6 +96,7 @@ class StagePlan:
     keyed: bool = False
     key_selector: Any = None
     typed_fields: list[str] | None = None
+    key_fields: list[str] | None = None  # typed_keyed: the key columns, hashed in the JVM and read as the key
 
     @property
     def has_downstream(self) -> bool:
@@ -107,7 +108,6 @@ class Stage:
     plan: StagePlan
     source: Transformation | None = None
     inputs: list[tuple[int, int]] = field(default_factory=list)  # (upstream stage, exit id)
-    pushdown_columns: list[str] | None = None  # typed_keyed: key columns hashed in the JVM
     pushdown_source: Transformation | None = None
     broadcast_inputs: list[tuple[int, int]] = field(default_factory=list)  # inputs to process before the rest
 
@@ -409,7 +409,7 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
             continue
         target.plan.input_format = InputFormat.TYPED_KEYED
         target.plan.typed_fields = list(columns)
-        target.pushdown_columns = keys
+        target.plan.key_fields = keys
         target.pushdown_source = stage.source
         target.inputs = []
         stage.plan.exits = []

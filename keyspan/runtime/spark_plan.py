@@ -30,11 +30,13 @@ class SparkStages:
         self.source_uids = {i: self._stage_of(t).plan.ops[0].uid for i, t in enumerate(plan.sources)}
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
+        self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns and heartbeat rows
 
     def replan(self, plan: PhysicalPlan) -> None:
         """Run the next epochs with ``plan`` (a live rescale); the source stream stays as it is."""
         self.plan = plan
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
+        self._routing = {}
 
     def _stage_of(self, source):
         return next(s for s in self.plan.stages if s.source is source)
@@ -83,6 +85,26 @@ class SparkStages:
 
         return batch_df.filter(F.col("_ks_src") == self._index[t.id]).select(*self._columns[t.id])
 
+    def _jvm_routing(self, stage):
+        """A JVM-routed stage's key group and subtask columns and its heartbeat rows (one per subtask,
+        key group -1: a subtask with no records still learns its index), built once per plan: each
+        PySpark call is a round trip to the JVM, and an epoch's fixed cost is what bounds latency."""
+        cached = self._routing.get(stage.plan.stage_id)
+        if cached is None:
+            from pyspark.sql import functions as F
+
+            p = stage.plan
+            schema = stage.pushdown_source.spec.dataframe.schema
+            kg = F.pmod(F.xxhash64(*[_jvm_key_column(schema, c) for c in p.key_fields]),
+                        F.lit(p.max_parallelism)).cast("int")
+            sub = F.floor(kg * p.parallelism / p.max_parallelism).cast("int")  # exact: small integers
+            routing = [kg.alias("_ks_kg"), sub.alias("_ks_sub")]
+            heartbeat = self.spark.range(p.parallelism).select(
+                *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields],
+                F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
+            cached = self._routing[stage.plan.stage_id] = (routing, heartbeat)
+        return cached
+
     # -- one epoch ------------------------------------------------------------------------------------
     def run(self, batch_df, ctx: EpochContext) -> EpochRows:
         from pyspark.sql import functions as F
@@ -103,15 +125,9 @@ class SparkStages:
             if s.source is not None:
                 in_df = self._source_batch(batch_df, s.source)
             elif p.input_format == InputFormat.TYPED_KEYED:
+                routing, heartbeat = self._jvm_routing(s)
                 src = self._source_batch(batch_df, s.pushdown_source)
-                kg = F.pmod(F.xxhash64(*[_jvm_key_column(src, c) for c in s.pushdown_columns]),
-                            F.lit(p.max_parallelism)).cast("int")
-                routed = src.select("*", kg.alias("_ks_kg")).withColumn(
-                    "_ks_sub", F.expr(f"CAST(_ks_kg * {p.parallelism} DIV {p.max_parallelism} AS INT)"))
-                heartbeat = self.spark.range(p.parallelism).select(
-                    *[F.lit(None).cast(f.dataType).alias(f.name) for f in src.schema.fields],
-                    F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
-                in_df = routed.unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
+                in_df = src.select("*", *routing).unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
             else:
                 parts = [outputs[up].filter(F.col("_ks_exit") == exit_id) for up, exit_id in s.inputs]
                 if s.broadcast_inputs:
@@ -135,7 +151,7 @@ class SparkStages:
             elif any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
         try:
-            result = _collect_all([f.select("_ks_exit", "_ks_sub", "_ks_ctl", "payload") for f in finals])
+            result = _collect_all(finals)  # each has OUTPUT_DDL's columns
         finally:
             for df in persisted:
                 df.unpersist()
@@ -169,12 +185,12 @@ def _broadcast_first(parts, stage):
             for df, edge in zip(parts, stage.inputs)]
 
 
-def _jvm_key_column(df, name):
+def _jvm_key_column(schema, name):
     """Cast so Spark's xxhash64 sees the same bytes stable_hash hashes for the Python value."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    dtype = df.schema[name].dataType
+    dtype = schema[name].dataType
     if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
         return F.col(name).cast("long")
     if isinstance(dtype, T.FloatType):

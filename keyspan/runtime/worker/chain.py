@@ -1,7 +1,8 @@
 """A stage's operator chain (Flink's chaining): each operator becomes a processor — a callable taking
 one record (an entry of a keyed stage: record, key, key group) — that calls the user's function and
 emits to the next processor or to an exit. Every user call that emits goes through ``emitting``,
-the one place where a user error is turned into a message naming operator and record."""
+the one place where a user error is turned into a message naming operator and record (the keyed
+processor, which runs once per record, inlines it)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def fan_out(targets: list):
 
 def with_side_outputs(main, side: dict):
     """A process function's ``yield tag, value`` goes to side output ``tag`` (dropped if nobody reads it)."""
-    def emit(value):
-        if type(value) is tuple and len(value) == 2 and isinstance(value[0], OutputTag):
+    def emit(value, _tuple=tuple, _tag=OutputTag):
+        if value.__class__ is _tuple and len(value) == 2 and isinstance(value[0], _tag):
             side.get(value[0].tag_id, _discard)(value[1])
         else:
             main(value)
@@ -183,12 +184,20 @@ class OperatorChain:
             backend = inst.backend
             ctx = KeyedContext(backend, self.ts_cell, inst.timers)
             self._start_timers(inst, op, emit, OnTimerContext(backend, self.ts_cell, inst.timers))
-            pe = emitting(op, subtask, inst.function.process_element, emit)
+            process_element = inst.function.process_element
 
-            def process(value, key, kg):
+            def process(value, key, kg):  # ``emitting`` inlined: this runs once per record
                 backend.current_key = key
                 backend.current_key_group = kg
-                pe(value, ctx)
+                try:
+                    outs = process_element(value, ctx)
+                    if outs is not None:
+                        for out in outs:
+                            emit(out)
+                except UserFunctionError:
+                    raise
+                except Exception as exc:
+                    raise user_error(op, subtask, exc, record=value) from exc
             if hasattr(inst.function, "process_batch"):
                 process.batch = self._batch_processor(op, inst, ctx, emit, process)
             return process

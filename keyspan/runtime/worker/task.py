@@ -142,6 +142,7 @@ class StageTask(OperatorChain):
         single = entry[0] if len(entry) == 1 else None
         batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
+        key_at = [plan.typed_fields.index(c) for c in plan.key_fields] if plan.key_fields else None
         cell = self.ts_cell
         source_ts = [None]  # the timestamp the source gave the record (Kafka's), if any
         if len(entry) > 1 and any(op.watermark_strategy is not None for op in plan.ops):
@@ -183,19 +184,20 @@ class StageTask(OperatorChain):
                 names = batch.schema.names
                 kg_col = batch.column(names.index("_ks_kg")).to_pylist()
                 cols = [batch.column(names.index(n)).to_pylist() for n in plan.typed_fields]
-                select = plan.key_selector
+                # the key selector named these columns (planner.key_columns), so they are each record's key
+                key_col = (cols[key_at[0]] if len(key_at) == 1
+                           else list(zip(*[cols[i] for i in key_at])))
                 new = tuple.__new__
                 self.records_in += batch.num_rows - kg_col.count(-1)
                 if batch_entry is not None:
-                    rows = [(kg, new(row_cls, values)) for kg, values in zip(kg_col, zip(*cols)) if kg >= 0]
-                    records = [r for _, r in rows]
-                    batch_entry([kg for kg, _ in rows], list(map(select, records)), records, None)
+                    rows = [(kg, key, new(row_cls, values))
+                            for kg, key, values in zip(kg_col, key_col, zip(*cols)) if kg >= 0]
+                    batch_entry([kg for kg, _, _ in rows], [key for _, key, _ in rows], [r for _, _, r in rows], None)
                 else:
-                    for kg, values in zip(kg_col, zip(*cols)):
+                    for kg, key, values in zip(kg_col, key_col, zip(*cols)):
                         if kg < 0:
                             continue  # the heartbeat row that tells this task its subtask
-                        r = new(row_cls, values)
-                        single(r, select(r), kg)
+                        single(new(row_cls, values), key, kg)
             else:  # an exchange
                 ctl = batch.column(2).to_pylist()
                 payloads = batch.column(3).to_pylist()
@@ -293,7 +295,9 @@ class StageTask(OperatorChain):
             began = time.perf_counter()
             self._fire_timers()
             self.busy_s += time.perf_counter() - began
+        began = time.perf_counter()
         handles, tokens = self._snapshot_state()
+        snapshot_s = time.perf_counter() - began
         sinks = []
         for index, writer in self.sink_writers.items():
             staged = writer.finish()  # a writer returns None, one handle or a list of them
@@ -312,10 +316,12 @@ class StageTask(OperatorChain):
             states={inst.op.uid: inst.backend.describe_states() for inst in self.instances
                     if inst.backend is not None},
             splits=self._split_report(),
+            timers=any(inst.timers is not None and inst.timers.active for inst in self.instances),
             next_timer=min((t for t in (inst.timers.next_processing_time() for inst in self.instances
                                         if inst.timers is not None) if t is not None), default=None),
             metrics=metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),
             busy_ms=self.busy_s * 1000,
+            snapshot_ms=snapshot_s * 1000,
         ))
         downstream = [e for e in self.plan.exits if e.kind != ExitKind.DRIVER]
         if downstream:

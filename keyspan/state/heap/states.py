@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 from operator import itemgetter
 
-from keyspan.state.heap.table import MISSING, private
-from keyspan.state.internal import STATES, DictEntryReads, NamespaceMixin, compose
+from keyspan.state.heap.table import IMMUTABLE, MISSING, copy_value, private
+from keyspan.state.internal import STATES, DictEntryReads, InternalValueState, NamespaceMixin, compose
 from keyspan.state.ttl import TTL_STATES, TtlValue
 
 
@@ -152,7 +152,37 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         self._store(list(items) if current is None else [*current, *items])
 
 
+class HeapValueState(HeapCell, InternalValueState):
+    """The plain value state, the one a per-record function touches most: ``value`` and ``update``
+    read and write the key group's dict directly (``StateTable.touch``'s undo step inlined), which
+    halves the Python calls per access."""
+
+    __slots__ = ()
+
+    def value(self):
+        b = self._backend
+        table = self._table
+        return table.groups[b.current_key_group - table.start].get(b.current_key)
+
+    def update(self, value) -> None:
+        if value is None:
+            self._delete()
+            return
+        b = self._backend
+        key, kg = b.current_key, b.current_key_group
+        table = self._table
+        group = table.groups[kg - table.start]
+        undo = table.undo.get(kg)
+        if undo is None:
+            undo = table.undo[kg] = {}
+        if key not in undo:
+            old = group.get(key, MISSING)
+            undo[key] = old if old is MISSING or type(old) in IMMUTABLE else copy_value(old)
+        group[key] = value
+
+
 PLAIN = {kind: compose(HeapCell, cls, f"Heap{cls.__name__[len('Internal'):]}") for kind, cls in STATES.items()}
+PLAIN["value"] = HeapValueState
 TTL = {kind: compose(HeapCell, cls, f"Heap{cls.__name__}") for kind, cls in TTL_STATES.items()}
 NAMESPACED = {kind: compose(HeapNamespacedCell, cls, f"HeapNamespaced{cls.__name__[len('Internal'):]}")
               for kind, cls in STATES.items()}

@@ -8,18 +8,18 @@ import copy
 from keyspan.state.ttl import TtlPolicy
 
 MISSING = object()
-_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
+IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
 
 
-def _copy_value(value):
-    if isinstance(value, tuple) and all(type(v) in _IMMUTABLE for v in value):
+def copy_value(value):
+    if isinstance(value, tuple) and all(type(v) in IMMUTABLE for v in value):
         return value
     return copy.deepcopy(value)
 
 
 def private(value):
     """A copy the caller may change in place (immutable values are shared)."""
-    if type(value) in _IMMUTABLE or (type(value) is tuple and all(type(v) in _IMMUTABLE for v in value)):
+    if type(value) in IMMUTABLE or (type(value) is tuple and all(type(v) in IMMUTABLE for v in value)):
         return value
     return copy.deepcopy(value)
 
@@ -54,10 +54,10 @@ class StateTable:
             undo = self.undo[kg] = {}
         if key not in undo:
             old = group.get(key, MISSING)
-            if old is not MISSING and type(old) not in _IMMUTABLE:
+            if old is not MISSING and type(old) not in IMMUTABLE:
                 # the user may have mutated the object they got from value() before update():
                 # keep a private copy so a rollback restores what the last committed epoch held
-                old = (copy or _copy_value)(old)
+                old = (copy or copy_value)(old)
             undo[key] = old
         return group
 
