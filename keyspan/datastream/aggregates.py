@@ -19,13 +19,16 @@ from typing import Union
 
 import numpy as np
 
-from keyspan.common.types import Row
+from keyspan.common.types import Row, named_row_class
 from keyspan.datastream.functions import AggregateFunction, ReduceFunction
 
 __all__ = ["RollingAggregation", "BatchAggregateFunction", "Sum", "Count", "Min", "Max", "Avg", "First", "Last",
            "field_getter", "replace_field", "segments"]
 
 Field = Union[int, str, None]
+
+
+_item = tuple.__getitem__
 
 
 def field_getter(position: Field):
@@ -66,6 +69,7 @@ class RollingAggregation(ReduceFunction):
         self.kind = kind
         self.position = position
         self._get = field_getter(position)
+        self._field_at: dict[type, int | None] = {}  # named Row class → the field's index (None: not one)
 
     def __getstate__(self):
         return {"kind": self.kind, "position": self.position}
@@ -73,8 +77,27 @@ class RollingAggregation(ReduceFunction):
     def __setstate__(self, state):
         self.__init__(state["kind"], state["position"])
 
+    def _index_in(self, cls) -> int | None:
+        """The field's index in records of ``cls`` when that is a named Row class holding it."""
+        fields = cls._fields if issubclass(cls, Row) else None
+        if fields is None or named_row_class(fields) is not cls:
+            return None
+        if isinstance(self.position, str):
+            return fields.index(self.position) if self.position in fields else None
+        return self.position if -len(fields) <= self.position < len(fields) else None
+
     def reduce(self, acc, value):
         kind = self.kind
+        cls = type(acc)
+        if cls is type(value) and kind in ("sum", "min", "max"):
+            at = self._field_at.get(cls, -1)
+            if at == -1:
+                at = self._field_at[cls] = self._index_in(cls)
+            if at is not None:  # a named Row: the common case, without the general path's checks
+                a, b = _item(acc, at), _item(value, at)  # tuple's own indexing: Row's accepts names too
+                values = list(acc)
+                values[at] = a + b if kind == "sum" else min(a, b) if kind == "min" else max(a, b)
+                return tuple.__new__(cls, values)
         if not isinstance(acc, (tuple, list, dict)):
             a, b = acc, value
         else:

@@ -101,6 +101,8 @@ class RollingAggregateOperator:
         return getattr(self._per_record, name)
 
     def process_batch(self, backend, ctx, kgs, keys, records, stamps):
+        if 4 * len(set(keys)) > len(records):
+            return None  # fewer than 4 records per key: batching costs more than it saves (bench/fast_aggregation.py)
         agg = self._agg
         kind = agg.kind
         first = records[0]
@@ -119,8 +121,6 @@ class RollingAggregateOperator:
         if column is None:
             return None
         codes, firsts, n_keys = _key_codes(keys)
-        if 4 * n_keys > len(records):
-            return None  # fewer than 4 records per key: batching costs more than it saves (bench/fast_aggregation.py)
         state = self._per_record._state
         # the stored running value of every key of the chunk: one state read per key
         bases = []
