@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import (
 
 from keyspan.io.storage import Storage
 from keyspan.common.typeinfo import RowTypeInfo
-from keyspan.common.types import Row
+from keyspan.common.types import Row, packed_rows
 from keyspan.io import serde
 
 CHUNK = 4096
@@ -35,9 +35,9 @@ def chunk_batch(records: list, stamps: list | None = None, split: str | None = N
     ``split`` names the split all of them come from (a Kafka partition), which then has its own
     watermark (``SourceReader.splits``)."""
     if stamps is None:
-        payloads = [serde.dumps(records[i : i + CHUNK]) for i in range(0, len(records), CHUNK)]
+        payloads = [serde.dumps(packed_rows(records[i : i + CHUNK])) for i in range(0, len(records), CHUNK)]
     else:
-        payloads = [serde.dumps((records[i : i + CHUNK], stamps[i : i + CHUNK], split))
+        payloads = [serde.dumps((packed_rows(records[i : i + CHUNK]), stamps[i : i + CHUNK], split))
                     for i in range(0, len(records), CHUNK)]
     return pa.RecordBatch.from_arrays([pa.array(payloads, pa.binary())], schema=_ARROW_SCHEMA)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from keyspan.common.types import packed_rows
 from keyspan.io import serde
 from keyspan.runtime.protocol import BROADCAST_CHUNK, RECORD_PREVIEW, UserFunctionError
 from keyspan.state.keygroups import assign_to_key_group
@@ -19,9 +20,14 @@ def frozen(value):
     t = type(value)
     if t in _IMMUTABLE:
         return value
-    if isinstance(value, tuple) and all(type(v) in _IMMUTABLE for v in value):
+    if isinstance(value, tuple) and _IMMUTABLE.issuperset(map(type, value)):
         return value
     return serde.loads(serde.dumps(value))
+
+
+def chunk(kgs, keys, records: list, stamps, side) -> bytes:
+    """One pickled chunk (the Rows of one named class travel as plain tuples: ``packed_rows``)."""
+    return serde.dumps((kgs, keys, packed_rows(records), stamps, side))
 
 
 def _stamps(stamps: list):
@@ -66,7 +72,7 @@ class BroadcastExit(Exit):
     """Every record to every consumer subtask: one pickled chunk, sent once per subtask."""
 
     def route(self, records, stamps):
-        payload = serde.dumps((BROADCAST_CHUNK, None, records, stamps, self.side))
+        payload = chunk(BROADCAST_CHUNK, None, records, stamps, self.side)
         return [(sub, payload) for sub in range(self.parallelism)]
 
 
@@ -80,7 +86,7 @@ class RebalanceExit(Exit):
     def route(self, records, stamps):
         n = self.parallelism
         out = [((self.next + i) % n,
-                serde.dumps((None, None, records[i::n], stamps[i::n] if stamps else None, self.side)))
+                chunk(None, None, records[i::n], stamps[i::n] if stamps else None, self.side))
                for i in range(min(n, len(records)))]
         self.next = (self.next + len(records)) % n
         return out
@@ -100,8 +106,8 @@ class ShuffleExit(Exit):
         for sub in range(n):
             idx = [i for i, p in enumerate(picks) if p == sub]
             if idx:
-                out.append((sub, serde.dumps((None, None, [records[i] for i in idx],
-                                              [stamps[i] for i in idx] if stamps else None, self.side))))
+                out.append((sub, chunk(None, None, [records[i] for i in idx],
+                                       [stamps[i] for i in idx] if stamps else None, self.side)))
         return out
 
 
@@ -123,8 +129,8 @@ class CustomExit(Exit):
                 raise ValueError(f"{self.describe}: partition_custom's partitioner returned {sub!r} for record "
                                  f"{record!r}; it must return a subtask index in [0, {n})")
             parts.setdefault(sub, []).append(i)
-        return [(sub, serde.dumps((None, None, [records[i] for i in idx], [stamps[i] for i in idx] if stamps else None,
-                                   self.side)))
+        return [(sub, chunk(None, None, [records[i] for i in idx], [stamps[i] for i in idx] if stamps else None,
+                            self.side))
                 for sub, idx in sorted(parts.items())]
 
 
@@ -179,6 +185,6 @@ class KeyedExit:
     def flush(self, exit_id, row):
         for sub, (kgs, keys, records, stamps) in enumerate(self.buffers):
             if records:
-                row(exit_id, sub, None, serde.dumps((kgs, keys, records, _stamps(stamps), self.side)))
+                row(exit_id, sub, None, chunk(kgs, keys, records, _stamps(stamps), self.side))
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0

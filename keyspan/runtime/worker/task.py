@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from keyspan.checkpoint.handles import TaskReport
 from keyspan.common.clock import wall_clock_ms
-from keyspan.common.types import named_row_class
+from keyspan.common.types import named_row_class, packed_rows
 from keyspan.datastream.functions import TimeDomain
 from keyspan.io import serde
 from keyspan.metrics import metricbase
@@ -306,7 +306,7 @@ class StageTask(OperatorChain):
                 sinks.append(h)
         for sink_index, records in self.driver_buffers.items():
             for i in range(0, len(records), FLUSH_RECORDS):
-                self._row(DRIVER_EXIT, self.subtask, None, serde.dumps((sink_index, records[i:i + FLUSH_RECORDS])))
+                self._row(DRIVER_EXIT, self.subtask, None, serde.dumps((sink_index, packed_rows(records[i:i + FLUSH_RECORDS]))))
         self._flush_exits()
         control = serde.dumps(TaskReport(
             stage=self.plan.stage_id, subtask=self.subtask, token=self.token, attempt=self.attempt,
