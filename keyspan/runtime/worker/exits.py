@@ -148,6 +148,11 @@ class KeyExtractionError(UserFunctionError):
                          "key_by(ErrorPolicy.skip().key_selector(selector))")
 
 
+# keys whose dict equality matches their key group: never 1 == 1.0 == True across these two types
+_MEMO_KEY_TYPES = frozenset((int, str))
+_MEMO_LIMIT = 100_000
+
+
 class KeyedExit:
     """Routes by key group (``assign_to_key_group``), subtask = key group × p ÷ max p. Its ``add`` is
     the hottest loop of a keyed job: buffers per subtask, no per-record objects."""
@@ -161,6 +166,7 @@ class KeyedExit:
         self.cell = cell
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
+        self.key_groups: dict = {}  # key → key group, for keys seen before (hashing is the costlier step)
         # ErrorPolicy.skip().key_selector(fn) drops records without a usable key, counted here
         policy = getattr(self.selector, "error_policy", None)
         self.key_errors = key_errors if policy is not None and not policy.fails else None
@@ -169,7 +175,12 @@ class KeyedExit:
         record = frozen(record)
         try:
             key = self.selector(record)
-            kg = assign_to_key_group(key, self.max_parallelism)
+            memo = self.key_groups if type(key) in _MEMO_KEY_TYPES else None
+            kg = None if memo is None else memo.get(key)
+            if kg is None:
+                kg = assign_to_key_group(key, self.max_parallelism)
+                if memo is not None and len(memo) < _MEMO_LIMIT:
+                    memo[key] = kg
         except Exception as exc:
             if self.key_errors is None:
                 raise KeyExtractionError(self.consumer, record, exc) from exc
