@@ -144,6 +144,8 @@ class StageTask(OperatorChain):
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
         cell = self.ts_cell
         source_ts = [None]  # the timestamp the source gave the record (Kafka's), if any
+        # a keyed stage's state backend loads each chunk's keys in one go before the chunk is processed
+        prefetch = getattr(self.keyed_emit[0].backend, "prefetch", None) if plan.keyed and self.keyed_emit else None
         if len(entry) > 1 and any(op.watermark_strategy is not None for op in plan.ops):
             # a source feeding several branches: a timestamp assigned on one branch must not leak into another
             def reset_timestamp(e):
@@ -186,10 +188,17 @@ class StageTask(OperatorChain):
                 select = plan.key_selector
                 new = tuple.__new__
                 self.records_in += batch.num_rows - kg_col.count(-1)
-                if batch_entry is not None:
+                if batch_entry is not None or prefetch is not None:
                     rows = [(kg, new(row_cls, values)) for kg, values in zip(kg_col, zip(*cols)) if kg >= 0]
                     records = [r for _, r in rows]
-                    batch_entry([kg for kg, _ in rows], list(map(select, records)), records, None)
+                    kgs, keys = [kg for kg, _ in rows], list(map(select, records))
+                    if prefetch is not None:
+                        prefetch(kgs, keys)
+                    if batch_entry is not None:
+                        batch_entry(kgs, keys, records, None)
+                    else:
+                        for kg, key, r in zip(kgs, keys, records):
+                            single(r, key, kg)
                 else:
                     for kg, values in zip(kg_col, zip(*cols)):
                         if kg < 0:
@@ -215,6 +224,8 @@ class StageTask(OperatorChain):
                             for r, cell[0] in zip(records, stamps):
                                 process_broadcast(r)
                     elif plan.keyed:
+                        if prefetch is not None:
+                            prefetch(kgs, keys)
                         process = self.second_entry if side else single
                         if batch_entry is not None and not side:
                             batch_entry(kgs, keys, records, stamps)
