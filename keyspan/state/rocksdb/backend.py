@@ -474,7 +474,9 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
     (full snapshots and deltas) are built and written one key group at a time and restores read one
     key group (or a few small ones) at a time, so the worker's memory does not grow with the state:
     a job whose state is 10× the memory its workers may use runs to completion
-    (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). What still grows with an epoch is the
+    (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). Reads and writes of value, list, reducing
+    and aggregating state go through a cache of at most a quarter of the fixed memory per slot, which
+    a keyed stage fills with one multi-get per chunk of records. What still grows with an epoch is the
     undo log (the previous bytes of the entries the epoch overwrote) — bound it with
     ``set_max_records_per_epoch`` when values are large.
     """
