@@ -8,6 +8,11 @@ One process, one SparkSession. For each state size S (keys) the same Parquet eve
     from_spark → key_by(lambda r: r.key) → KeyedProcessFunction(ValueState running sum) → DiscardingSink
 
     python bench/state_backends.py [--sizes 100000 1000000] [--events-per-key 2] [--files 10]
+    python bench/state_backends.py --shapes 100000:200000 1000000:2000000 10000:1000000  # keys:events
+
+``--shapes`` runs several (keys, events) shapes in one session; ``10000:1000000`` is the data of
+bench/running_sum.py (10k keys, 1M events, seed 7), where each key is touched ~10 times per epoch.
+For every shape the RocksDB ÷ heap throughput ratio is printed at the end.
 
 Per checkpoint the metadata store gives ``bytes_written`` and ``created_at`` (epoch time = commit to
 commit; the first epoch's is from ``execute`` start, so it includes the query start); a checkpoint
@@ -157,7 +162,11 @@ def main():
     ap.add_argument("--events-per-key", type=int, default=2)
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--no-verify", action="store_true")
+    ap.add_argument("--shapes", nargs="+", metavar="KEYS:EVENTS",
+                    help="(keys, events) shapes to run instead of --sizes × --events-per-key")
     args = ap.parse_args()
+    shapes = ([tuple(int(x) for x in shape.split(":")) for shape in args.shapes] if args.shapes
+              else [(size, size * args.events_per_key) for size in args.sizes])
     work = tempfile.mkdtemp(prefix="keyspan-backends-")
     rows = []
     try:
@@ -165,20 +174,20 @@ def main():
         warm = generate_events(os.path.join(work, "warm"), 20_000, 2_000, 2, 1)
         for b in BACKENDS:
             run(spark, b, warm, os.path.join(work, f"wd-warm-{b}"), f"warm-{b}")
-        for size in args.sizes:
-            data = generate_events(os.path.join(work, f"events-{size}"), size * args.events_per_key, size,
-                                   args.files, 7)
+        for size, n_events in shapes:
+            data = generate_events(os.path.join(work, f"events-{size}-{n_events}"), n_events, size, args.files, 7)
             expected = None if args.no_verify else expected_sums(data)
             for b in ("rocksdb", "heap"):  # rocksdb first: its RSS is then not measured on top of heap dicts
-                job = f"backends-{b}-{size}"
-                r = run(spark, b, data, os.path.join(work, f"wd-{b}-{size}"), job)
+                job = f"backends-{b}-{size}-{n_events}"
+                r = run(spark, b, data, os.path.join(work, f"wd-{b}-{size}-{n_events}"), job)
                 if expected is not None:
                     state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(),
                                                job, "sum")["total"]
                     assert state == expected, f"{job}: checkpointed state differs from the expected sums"
-                r.update(backend=b, size=size, keys=len(expected) if expected else None)
+                r.update(backend=b, size=size, n_events=n_events, keys=len(expected) if expected else None)
                 rows.append(r)
-                print(f"\n{b} {size:,} keys: {r['events']:,} events in {r['seconds']:.1f} s = {r['rate']:,.0f} "
+                print(f"\n{b} {size:,} keys, {n_events:,} events: {r['events']:,} in {r['seconds']:.1f} s = "
+                      f"{r['rate']:,.0f} "
                       f"events/s{'' if expected is None else ', state verified'}; python workers: "
                       f"{r['mem']['workers']} procs, peak max {r['mem']['max_peak_mb']:.0f} MB, sum of peaks "
                       f"{r['mem']['sum_peak_mb']:.0f} MB (sum RSS at start {r['mem']['sum_start_mb']:.0f} MB)",
@@ -191,26 +200,29 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\n{datetime.date.today()}  python bench/state_backends.py --sizes "
-          f"{' '.join(map(str, args.sizes))} --events-per-key {args.events_per_key} --files {args.files}")
-    print("| backend | state keys | events/s | epochs full / delta | bytes per full ckpt | bytes per delta ckpt "
+    print(f"\n{datetime.date.today()}  python bench/state_backends.py --shapes "
+          f"{' '.join(f'{k}:{n}' for k, n in shapes)} --files {args.files}")
+    print("| backend | state keys | events | events/s | epochs full / delta | bytes per full ckpt "
+          "| bytes per delta ckpt "
           "| epoch time full | epoch time delta | worker peak RSS max / sum (MB) | sum RSS at start → growth (MB) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         # the first epoch includes the query start; leave it out of the time means
         full = [e for e in r["epochs"] if "full" in e["kind"]]
         delta = [e for e in r["epochs"] if e["kind"] == "delta"]
         m = r["mem"]
-        print(f"| {r['backend']} | {r['keys'] or r['size']:,} | {r['rate']:,.0f} | {len(full)} / {len(delta)} "
+        print(f"| {r['backend']} | {r['keys'] or r['size']:,} | {r['n_events']:,} | {r['rate']:,.0f} "
+              f"| {len(full)} / {len(delta)} "
               f"| {_mean([e['bytes'] for e in full]):,.0f} | {_mean([e['bytes'] for e in delta]):,.0f} "
               f"| {_mean([e['seconds'] for e in full if e['epoch'] != r['epochs'][0]['epoch']]) * 1000:,.0f} ms "
               f"| {_mean([e['seconds'] for e in delta if e['epoch'] != r['epochs'][0]['epoch']]) * 1000:,.0f} ms "
               f"| {m['max_peak_mb']:,.0f} / {m['sum_peak_mb']:,.0f} "
               f"| {m['sum_start_mb']:,.0f} → +{m['sum_growth_mb']:,.0f} |")
-    for size in args.sizes:
-        rate = {r["backend"]: r["rate"] for r in rows if r["size"] == size}
+    for size, n_events in shapes:
+        rate = {r["backend"]: r["rate"] for r in rows if (r["size"], r["n_events"]) == (size, n_events)}
         if len(rate) == 2:
-            print(f"{size:,} keys: RocksDB / heap throughput = {rate['rocksdb'] / rate['heap']:.2f} (target >= 0.6)")
+            print(f"{size:,} keys, {n_events:,} events: RocksDB / heap throughput = "
+                  f"{rate['rocksdb'] / rate['heap']:.2f} (target >= 0.6)")
 
 
 if __name__ == "__main__":

@@ -387,16 +387,20 @@ def test_restored_map_with_wrong_shape_is_named(make_rocks):
         b.get_state(MapStateDescriptor("m"))
 
 
-@pytest.mark.parametrize("limit", [None, 1], ids=["buffered", "flushed-every-write"])
-def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch, limit):
-    """An epoch's value writes wait in the backend's buffer (RocksDB itself unchanged) while reads see
+@pytest.mark.parametrize("limit,cache", [(None, None), (1, None), (1, 1), (None, "prefetch")],
+                         ids=["buffered", "flushed-every-write", "no-cache", "prefetched"])
+def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch, limit, cache):
+    """An epoch's value writes wait in the backend's cache (RocksDB itself unchanged) while reads see
     them; a rollback drops them, a delta and a confirm write them. With a 1-byte buffer every write
-    goes to RocksDB at once and the undo log alone must restore the epoch's start."""
+    goes to RocksDB at once and the undo log alone must restore the epoch's start; with a 1-byte
+    cache nothing stays cached; with the epoch's keys prefetched every read is served by the cache."""
     import keyspan.state.rocksdb.backend as rocks_backend
 
     if limit is not None:
-        monkeypatch.setattr(rocks_backend, "_PENDING_LIMIT", limit)
+        monkeypatch.setattr(rocks_backend, "_DIRTY_LIMIT", limit)
     b = make_rocks()
+    if cache == 1:
+        b._cache_limit = 1
     v = b.get_state(ValueStateDescriptor("v"))
     keys = ["a", "b", 3, ("t", 4), "gone"]
     for i, k in enumerate(keys):
@@ -404,6 +408,10 @@ def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch
         v.update(i)
     b.confirm()
     on_disk = sorted(b._db.items())
+    if cache == "prefetch":
+        b._drop_cache()
+        b.prefetch([assign_to_key_group(k, MAX_P) for k in keys + ["new"]], keys + ["new"])
+        assert len(b._cache) == len(keys) + 1
     for k in keys:
         at(b, k)
         v.update(v.value() + 10)
@@ -426,13 +434,18 @@ def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch
     assert [(at(b, k), v.value())[1] for k in keys] == [1, 2, 3, 4, 5]
 
 
-def test_random_operations_match_heap(make_rocks):
-    """Differential: the same random operations, epochs confirmed or rolled back at random."""
+@pytest.mark.parametrize("cache", ["default", "prefetch", "tiny"])
+def test_random_operations_match_heap(make_rocks, cache):
+    """Differential: the same random operations, epochs confirmed or rolled back at random; on RocksDB
+    with the epoch's keys prefetched (read from the cache) or with a cache so small that it is
+    flushed and emptied between operations."""
     rng = random.Random(7)
     kgs = range(3, 13)
     keys = [k for k in [*range(40), *(f"s{i}" for i in range(40)), *((i, "t") for i in range(20))]
             if assign_to_key_group(k, MAX_P) in kgs][:30]
     rocks, heap = make_rocks(kgs), HeapKeyedStateBackend("op", kgs)
+    if cache == "tiny":
+        rocks._cache_limit = 300
     sr, sh = states(rocks), states(heap)
 
     def op():
@@ -440,6 +453,8 @@ def test_random_operations_match_heap(make_rocks):
 
     for epoch in range(25):
         ops = [(rng.choice(keys), op()) for _ in range(rng.randrange(1, 40))]
+        if cache == "prefetch":
+            rocks.prefetch([assign_to_key_group(k, MAX_P) for k, _ in ops], [k for k, _ in ops])
         for backend, st in ((rocks, sr), (heap, sh)):
             for key, (kind, action, x) in ops:
                 at(backend, key)

@@ -145,6 +145,8 @@ class StageTask(OperatorChain):
         key_at = [plan.typed_fields.index(c) for c in plan.key_fields] if plan.key_fields else None
         cell = self.ts_cell
         source_ts = [None]  # the timestamp the source gave the record (Kafka's), if any
+        # a keyed stage's state backend loads each chunk's keys in one go before the chunk is processed
+        prefetch = getattr(self.keyed_emit[0].backend, "prefetch", None) if plan.keyed and self.keyed_emit else None
         if len(entry) > 1 and any(op.watermark_strategy is not None for op in plan.ops):
             # a source feeding several branches: a timestamp assigned on one branch must not leak into another
             def reset_timestamp(e):
@@ -189,10 +191,17 @@ class StageTask(OperatorChain):
                            else list(zip(*[cols[i] for i in key_at])))
                 new = tuple.__new__
                 self.records_in += batch.num_rows - kg_col.count(-1)
-                if batch_entry is not None:
+                if batch_entry is not None or prefetch is not None:
                     rows = [(kg, key, new(row_cls, values))
                             for kg, key, values in zip(kg_col, key_col, zip(*cols)) if kg >= 0]
-                    batch_entry([kg for kg, _, _ in rows], [key for _, key, _ in rows], [r for _, _, r in rows], None)
+                    kgs, keys, records = [kg for kg, _, _ in rows], [key for _, key, _ in rows], [r for _, _, r in rows]
+                    if prefetch is not None:
+                        prefetch(kgs, keys)
+                    if batch_entry is not None:
+                        batch_entry(kgs, keys, records, None)
+                    else:
+                        for kg, key, r in zip(kgs, keys, records):
+                            single(r, key, kg)
                 else:
                     for kg, key, values in zip(kg_col, key_col, zip(*cols)):
                         if kg < 0:
@@ -217,6 +226,8 @@ class StageTask(OperatorChain):
                             for r, cell[0] in zip(records, stamps):
                                 process_broadcast(r)
                     elif plan.keyed:
+                        if prefetch is not None:
+                            prefetch(kgs, keys)
                         process = self.second_entry if side else single
                         if batch_entry is not None and not side:
                             batch_entry(kgs, keys, records, stamps)

@@ -10,10 +10,15 @@ write ranges, and a large map is never rewritten as a whole. A namespaced state 
 state) is laid out as a map whose map keys are the namespaces. Values are pickled
 (``keyspan.io.serde``).
 
-Epochs. Writes go straight to RocksDB; the first time an epoch touches an entry, its previous
-bytes (or "absent") go into an in-memory undo log. ``rollback`` writes those bytes back,
-``confirm`` forgets them, ``changed_sections`` re-reads the touched keys. Memory is proportional
-to what the epoch touched, not to the state.
+Epochs. The first time an epoch touches an entry, its previous bytes (or "absent") go into an
+in-memory undo log. ``rollback`` writes those bytes back, ``confirm`` forgets them. Value, list,
+reducing and aggregating states read and write through a cache of RocksDB keys → bytes: a keyed
+stage fills it with one sorted multi-get per chunk of input records (``prefetch``), writes wait
+there and go to RocksDB as one write batch per ~4 MB, and the epoch's delta takes the touched
+values from it. The cache holds at most a quarter of the memory configuration's fixed memory per
+slot (then it is flushed and emptied); it outlives a confirmed epoch while at most half full and is
+emptied on rollback and whenever RocksDB is written directly. Memory is proportional to what the
+epoch touched (the undo log) plus that bound, not to the state.
 
 Sections. ``changed_sections``/``all_sections``/``apply_section`` use the heap backend's canonical
 format (key group → {state: ({user key: value}, [deleted user keys])}, a map state's value being

@@ -15,6 +15,7 @@ from keyspan.state.api import StateDescriptor
 from keyspan.state.backend import KeyedStateBackend, StateBackendSpec, user_functions
 from keyspan.state.rocksdb.layout import (
     _I64,
+    _MISS,
     _NO_KEY,
     _TTL_TAG,
     _U16,
@@ -32,7 +33,9 @@ from keyspan.state.rocksdb.snapshot import Snapshots
 from keyspan.state.rocksdb.states import NAMESPACED, PLAIN, TTL
 from keyspan.state.ttl import TtlPolicy, stamp, unstamp
 
-_PENDING_LIMIT = 4 << 20  # bytes of buffered writes before they go to RocksDB
+_DIRTY_LIMIT = 4 << 20  # bytes of buffered writes before they go to RocksDB in one batch
+_CACHE_SHARE = 4  # the cache may hold 1/4 of RocksDB's memory budget (keys, values, ~64 B per entry)
+_ENTRY = 64  # a cache entry's bookkeeping: dict slot and bytes object headers
 
 
 # --- the backend -----------------------------------------------------------------------------------
@@ -52,7 +55,9 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         os.makedirs(path, exist_ok=True)
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
-        _bound_memory(rocksdict, options, memory or RocksDBMemoryConfiguration())
+        memory = memory or RocksDBMemoryConfiguration()
+        _bound_memory(rocksdict, options, memory)
+        self._cache_limit = max(_DIRTY_LIMIT, memory.get_fixed_memory_per_slot() // _CACHE_SHARE)
         self._db = rocksdict.Rdict(path, options)
         write_options = rocksdict.WriteOptions()
         write_options.disable_wal = True  # scratch state: checkpoints are the durable copy
@@ -65,12 +70,19 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._next_sid = 1
         # undo log of the open epoch: RocksDB key → bytes before the epoch (None: absent)
         self._undo: dict[bytes, bytes | None] = {}
-        # the open epoch's writes of plain (non-map) cells not yet in RocksDB: key → bytes (None:
-        # deleted). Reads look here first, so a key read and updated many times in an epoch costs one
-        # RocksDB get; written as one WriteBatch per ~4 MB, and before anything reads RocksDB directly.
-        self._pending: dict[bytes, bytes | None] = {}
-        self._pending_bytes = 0
-        self._last_read: tuple[bytes, bytes | None] | None = None  # the last get: the undo log's old value
+        # The cache of plain (non-map) cells: RocksDB key → its current bytes (None: absent), for keys
+        # read, prefetched or written lately. Reads look here first, so a key read and updated many
+        # times costs one RocksDB get, and a chunk's keys cost one multi-get (``prefetch``). A key the
+        # open epoch has not written holds RocksDB's bytes, which is where the undo log takes them
+        # from. Bounded by a quarter of RocksDB's memory budget (then flushed and emptied); kept across a confirmed epoch while at most half full,
+        # emptied on rollback and on anything that writes RocksDB directly (restores, TTL cleanup).
+        self._cache: dict[bytes, bytes | None] = {}
+        self._cache_bytes = 0
+        # keys of the cache written but not yet in RocksDB: one WriteBatch per ~4 MB (``_flush``),
+        # and before anything reads RocksDB directly
+        self._dirty: dict[bytes, None] = {}
+        self._dirty_bytes = 0
+        self._plain_sids: list[bytes] = []  # state ids of the registered plain states: what ``prefetch`` loads
         self._undo_map: dict[bytes, bytes | None] = {}
         self._touched_maps: dict[bytes, None] = {}  # map prefixes touched this epoch, in order
         # restored values stamped for TTL by this instance: the next delta carries them (kept on rollback)
@@ -111,39 +123,93 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         finally:
             del it  # the iterator goes before the bounds it points into
 
-    # -- epoch write buffer -------------------------------------------------------------------------
+    # -- epoch cache ------------------------------------------------------------------------------
     def _get(self, k: bytes):
-        pending = self._pending
-        if k in pending:
-            return pending[k]
-        raw = self._db.get(k)
-        self._last_read = (k, raw)
+        raw = self._cache.get(k, _MISS)
+        if raw is _MISS:
+            raw = self._db.get(k)
+            self._cache[k] = raw
+            self._cache_bytes += len(k) + (len(raw) if raw is not None else 0) + _ENTRY
+            if self._cache_bytes >= self._cache_limit:
+                self._drop_cache()
         return raw
 
     def _write(self, k: bytes, raw: bytes | None) -> None:
-        """A plain cell's put (``raw``) or delete (None), through the undo log into the buffer."""
+        """A plain cell's put (``raw``) or delete (None), through the undo log into the cache."""
+        cache = self._cache
+        old = cache.get(k, _MISS)
         if k not in self._undo:
-            last = self._last_read
-            self._undo[k] = last[1] if last is not None and last[0] == k else self._db.get(k)
-        self._pending[k] = raw
-        self._pending_bytes += len(k) + (len(raw) if raw is not None else 0) + 16
-        if self._pending_bytes >= _PENDING_LIMIT:
+            self._undo[k] = self._db.get(k) if old is _MISS else old
+        cache[k] = raw
+        self._dirty[k] = None
+        size = len(raw) if raw is not None else 0
+        self._dirty_bytes += len(k) + size + 16
+        self._cache_bytes += len(k) + size + _ENTRY if old is _MISS else size - (len(old) if old is not None else 0)
+        if self._dirty_bytes >= _DIRTY_LIMIT:
             self._flush()
+        if self._cache_bytes >= self._cache_limit:
+            self._drop_cache()
 
     def _flush(self) -> None:
-        """Hand the buffered writes to RocksDB in one batch."""
-        self._last_read = None
-        if not self._pending:
+        """Hand the written keys of the cache to RocksDB in one batch."""
+        if not self._dirty:
             return
         wb = self._rd.WriteBatch(raw_mode=True)
-        for k, raw in self._pending.items():
+        cache = self._cache
+        for k in self._dirty:
+            raw = cache[k]
             if raw is None:
                 wb.delete(k)
             else:
                 wb.put(k, raw)
         self._db.write(wb)
-        self._pending = {}
-        self._pending_bytes = 0
+        self._dirty = {}
+        self._dirty_bytes = 0
+
+    def _drop_cache(self) -> None:
+        """Flush, then forget the cache (it is full, or RocksDB is about to be written directly)."""
+        self._flush()
+        self._cache = {}
+        self._cache_bytes = 0
+
+    def prefetch(self, key_groups, keys) -> None:
+        """Load the entries of a chunk of records' (key group, key) pairs, for every registered value,
+        list, reducing and aggregating state, into the cache with sorted multi-gets: one call into
+        RocksDB per slice of keys instead of one per record. Stops where the cache would be full."""
+        sids = self._plain_sids
+        if not sids:
+            return
+        cache = self._cache
+        pack = _U16.pack
+        wanted = {}
+        for kg, ukb in zip(key_groups, map(encode_key, keys)):
+            kgb = pack(kg)
+            for sid in sids:
+                k = kgb + sid + ukb
+                if k not in cache:
+                    wanted[k] = None
+        if not wanted:
+            return
+        mean = self._cache_bytes // len(cache) if cache else 4 * _ENTRY  # bytes per entry so far
+        limit = self._cache_limit
+        if self._cache_bytes + len(wanted) * mean > limit:
+            self._drop_cache()  # older entries make room for the chunk's
+            cache = self._cache
+        wanted = sorted(wanted)
+        get = self._db.get
+        at = 0
+        while at < len(wanted):
+            n = min(4096, (limit - self._cache_bytes) // (2 * mean))  # at most half of the room left
+            if n < 16:
+                return
+            ks = wanted[at:at + n]
+            at += n
+            size = 0
+            for k, raw in zip(ks, get(ks)):
+                cache[k] = raw
+                size += len(k) + (len(raw) if raw is not None else 0) + _ENTRY
+            self._cache_bytes += size
+            mean = max(mean, size // len(ks))
 
     # -- undo log ---------------------------------------------------------------------------------
     def _touch_map(self, prefix: bytes, k: bytes | None = None, old=_NO_KEY) -> None:
@@ -184,6 +250,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         meta.ttl = policy
         meta.restored_ttl = meta.restored_plain = False
         functions = user_functions(descriptor)
+        if not meta.is_map and meta.sid not in self._plain_sids:
+            self._plain_sids.append(meta.sid)
         if descriptor.namespaced:
             return NAMESPACED[kind](self, meta, **functions)
         if policy is None:
@@ -195,6 +263,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         """A non-map state restored before registration, in the other form: stamp plain values with
         the current time (the restore's; the next delta carries them) or drop the timestamps."""
         now = None if policy is None else policy.now(self)
+        self._drop_cache()
         for kg in self.key_groups:
             lo = _U16.pack(kg) + meta.sid
             wb = self._rd.WriteBatch(raw_mode=True)
@@ -215,6 +284,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         (in TTL form for a TTL-enabled map: plain entries get the current time, as ``_convert_restored``)."""
         new = _Meta(old.name, _U16.pack(self._next_sid), True)
         self._next_sid += 1
+        self._drop_cache()
         now = None if policy is None else policy.now(self)
         for kg in self.key_groups:
             kgb = _U16.pack(kg)
@@ -262,6 +332,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         wb = self._rd.WriteBatch(raw_mode=True)
         dirty = False
         is_list = meta.kind == "list"
+        cache = self._cache  # the entries changed here leave it (RocksDB is written directly)
         stop_at = None
         for kg in range(first, self.key_groups.stop):
             if budget <= 0:  # entering a key group costs a step too: a sparse state's run stays bounded
@@ -279,6 +350,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
                         kept = policy.unexpired_or_none(stored, horizon)
                         if kept is not stored:
                             self._undo.setdefault(k, raw)
+                            cache.pop(k, None)
                             if kept is None:
                                 wb.delete(k)
                             else:
@@ -290,6 +362,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
                             self._touch_map(prefix, k, raw)
                         else:
                             self._undo.setdefault(k, raw)
+                            cache.pop(k, None)
                         wb.delete(k)
                         dirty = True
                     if budget <= 0:
@@ -306,6 +379,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
     # -- epochs -----------------------------------------------------------------------------------
     def confirm(self) -> None:
         self._flush()
+        if self._cache_bytes > self._cache_limit // 2:
+            self._drop_cache()  # the next epoch starts with at least half the cache for its own keys
         self._undo = {}
         self._undo_map = {}
         self._touched_maps = {}
@@ -313,9 +388,10 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._forced_maps = {}
 
     def rollback(self) -> None:
-        self._pending = {}  # never written: dropping them undoes them
-        self._pending_bytes = 0
-        self._last_read = None
+        self._cache = {}  # unflushed writes were never in RocksDB: dropping them undoes them
+        self._cache_bytes = 0
+        self._dirty = {}
+        self._dirty_bytes = 0
         if self._undo or self._undo_map:
             wb = self._rd.WriteBatch(raw_mode=True)
             for undo in (self._undo, self._undo_map):
@@ -378,7 +454,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:
         """Close RocksDB and delete its directory (also done when the backend is collected)."""
-        self._pending = {}
+        self._cache = {}
+        self._dirty = {}
         self._finalizer()
 
     dispose = close
@@ -397,7 +474,9 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
     (full snapshots and deltas) are built and written one key group at a time and restores read one
     key group (or a few small ones) at a time, so the worker's memory does not grow with the state:
     a job whose state is 10× the memory its workers may use runs to completion
-    (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). What still grows with an epoch is the
+    (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). Reads and writes of value, list, reducing
+    and aggregating state go through a cache of at most a quarter of the fixed memory per slot, which
+    a keyed stage fills with one multi-get per chunk of records. What still grows with an epoch is the
     undo log (the previous bytes of the entries the epoch overwrote) — bound it with
     ``set_max_records_per_epoch`` when values are large.
     """

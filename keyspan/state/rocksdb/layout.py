@@ -17,6 +17,7 @@ _TTL_HEAD = struct.Struct(">Bq")  # tag 0x00, last-access timestamp
 _TTL_TAG = 0
 _ATOMS = (int, str, bytes, float, type(None))
 _NO_KEY = object()
+_MISS = object()  # not in the epoch cache
 
 
 def encode_key(key) -> bytes:

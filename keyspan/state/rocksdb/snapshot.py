@@ -5,6 +5,7 @@ written in bounded batches."""
 from __future__ import annotations
 
 import itertools
+import operator
 import pickle
 
 from keyspan.io import serde
@@ -26,6 +27,8 @@ from keyspan.state.rocksdb.layout import (
 )
 from keyspan.state.ttl import stamp, unstamp
 
+_KEY_GROUP = operator.itemgetter(slice(0, 2))  # a RocksDB key's key-group prefix
+
 
 class Snapshots:
     """The section methods of ``RocksDBKeyedStateBackend``."""
@@ -37,13 +40,9 @@ class Snapshots:
 
     def _touched(self) -> dict[int, tuple[list, list]]:
         """Key group → (touched non-map RocksDB keys, touched map prefixes) of the open epoch, in key order."""
-        groups: dict[int, tuple[list, list]] = {}
         keys = self._undo.keys() if not self._forced else {**self._undo, **self._forced}.keys()
-        for k in sorted(keys):
-            g = groups.get(_U16.unpack_from(k)[0])
-            if g is None:
-                g = groups[_U16.unpack_from(k)[0]] = ([], [])
-            g[0].append(k)
+        groups: dict[int, tuple[list, list]] = {
+            _U16.unpack(kgb)[0]: (list(ks), []) for kgb, ks in itertools.groupby(sorted(keys), _KEY_GROUP)}
         maps = self._touched_maps.keys() if not self._forced_maps else {**self._touched_maps,
                                                                          **self._forced_maps}.keys()
         for prefix in sorted(maps):
@@ -66,8 +65,11 @@ class Snapshots:
                 e = section[name] = ({}, [])
             return e
 
+        sid = None
         for k, raw in zip(keys, raws):
-            puts, deletes = entry(k[2:4])
+            if k[2:4] != sid:  # keys are sorted: a key group's entries come state by state
+                sid = k[2:4]
+                puts, deletes = entry(sid)
             if raw is None:
                 deletes.append(decode_key(k[4:]))
             else:
@@ -92,16 +94,22 @@ class Snapshots:
 
     def delta_sections(self) -> LazySections:
         """The open epoch's changes, encoded one key group at a time as the checkpoint file is
-        written: key groups and keys are fixed now and the values are read from a view of now, so
-        memory is one key group's delta, not the epoch's."""
+        written: key groups and keys are fixed now and the values are taken from the epoch cache or
+        read from a view of now, so memory is the cache's bytes plus one key group's delta."""
         self._flush()
         touched = self._touched()
         view = _View(self)
         names = self._names()
+        cache = self._cache
+        known = {k: cache[k] for k in self._undo if k in cache}  # the epoch cache's bytes, as of now
 
         def produce(kg):
             keys, prefixes = touched[kg]
-            return self._delta_section(keys, prefixes, [view.get(k) for k in keys], view.scan, names)
+            raws = [known.get(k, _View) for k in keys]
+            for i, raw in enumerate(raws):
+                if raw is _View:  # not in the cache (any more): read it from the view
+                    raws[i] = view.get(keys[i])
+            return self._delta_section(keys, prefixes, raws, view.scan, names)
 
         # every touched key is a put or a delete: a touched key group always has a section
         return LazySections(touched, produce, self._encode_section, nonempty=touched.__contains__,
@@ -206,7 +214,7 @@ class Snapshots:
         a memtable on top of its decoded section."""
         if key_group not in self.key_groups:
             return
-        self._flush()
+        self._drop_cache()
         kgb = _U16.pack(key_group)
         wb = _Batch(self)
         for name, (puts, deletes) in section.items():

@@ -12,7 +12,7 @@ import pickle
 
 from keyspan.io import serde
 from keyspan.state.internal import STATES, NamespaceMixin, compose
-from keyspan.state.rocksdb.layout import _I64, _TTL_HEAD, _TTL_TAG, _successor, decode_key, encode_key
+from keyspan.state.rocksdb.layout import _I64, _MISS, _TTL_HEAD, _TTL_TAG, _successor, decode_key, encode_key
 from keyspan.state.ttl import TTL_STATES
 
 
@@ -98,7 +98,11 @@ class RocksDBCell:
         return kgb + self._meta.sid + b._ck_mapb
 
     def _load(self):
-        raw = self._backend._get(self._key())
+        b = self._backend
+        k = self._key()
+        raw = b._cache.get(k, _MISS)
+        if raw is _MISS:
+            raw = b._get(k)
         return None if raw is None else self._dec(raw)
 
     _load_for_update = _load  # a fresh copy anyway
