@@ -6,6 +6,7 @@ micro-batch, so every run checkpoints every ~100k events) and the same available
     python bench/running_sum.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 3]
     python bench/running_sum.py --master spark://HOST:7077 [--events ...]   # keyspan on a cluster vs local mode
     python bench/running_sum.py --pyflink [--pyflink-python /work/pyflink-venv/bin/python]  # + Flink
+    python bench/running_sum.py --breakdown   # + where a micro-batch's time goes, keyspan vs the bare loop
 
 ``--pyflink`` also runs the same events (as CSV) on Apache Flink through PyFlink, in the separate venv
 that has ``apache-flink`` (see bench/pyflink_peer.py): the running sum as a Python
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,19 +60,59 @@ class RunningSum(KeyedProcessFunction):
         yield value.key, total
 
 
-def run_keyspan(spark, directory: str, workdir: str, job: str, files_per_trigger: int = 1) -> dict:
+class Nothing(KeyedProcessFunction):
+    """The same job with no user work: what keyspan costs around the user's function."""
+
+    def process_element(self, value, ctx):
+        return None
+
+
+def run_keyspan(spark, directory: str, workdir: str, job: str, files_per_trigger: int = 1,
+                function: KeyedProcessFunction | None = None) -> dict:
     options.install(options.RunOptions(workdir=workdir, fresh=True))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
     events = spark.readStream.schema("key long, value long").option("maxFilesPerTrigger", files_per_trigger) \
         .parquet(directory)
     (env.from_spark(events, bounded=True).key_by(lambda r: r.key)
-        .process(RunningSum()).uid("running-sum").sink_to(DiscardingSink()))
+        .process(function or RunningSum()).uid("running-sum").sink_to(DiscardingSink()))
     start = time.perf_counter()
     result = env.execute(job)
     seconds = time.perf_counter() - start
     return {"events": result.records, "seconds": seconds, "rate": result.records / seconds,
-            "epochs": result.epochs}
+            "epochs": result.epochs, "phases": result.epoch_phases, "spark": result.spark_progress}
+
+
+def breakdown(spark, data: str, work: str) -> None:
+    """Where a micro-batch's time goes (medians, first batch left out): the bare mapInArrow loop,
+    keyspan with a function that does nothing, and keyspan's running sum, on the same events."""
+    from bench.baselines import OUTPUT_SCHEMA_DDL, _make_running_sum_fn, _stream_source
+
+    med = lambda xs: statistics.median(xs[1:]) if len(xs) > 1 else float("nan")  # noqa: E731
+    query = (_stream_source(spark, data, 1).repartition(2, "key")
+             .mapInArrow(_make_running_sum_fn(uuid.uuid4().hex), OUTPUT_SCHEMA_DDL)
+             .writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", os.path.join(work, "breakdown-arrow")).start())
+    start = time.perf_counter()
+    query.awaitTermination()
+    seconds = time.perf_counter() - start
+    batches = [dict(p.durationMs) for p in query.recentProgress]
+    print("\nper micro-batch (median ms)        total  Spark job  Spark's own   Python  state files  commit")
+    print(f"mapInArrow, no state saved         {med([b['triggerExecution'] for b in batches]):>5.0f}  "
+          f"{med([b['addBatch'] for b in batches]):>9.0f}  "
+          f"{med([b['triggerExecution'] - b['addBatch'] for b in batches]):>11.0f}   ({seconds:.1f} s in all)")
+    for name, function in (("keyspan, a function doing nothing", Nothing()), ("keyspan running sum", RunningSum())):
+        r = run_keyspan(spark, data, os.path.join(work, f"breakdown-{name[-7:]}"), f"breakdown-{name[-7:]}",
+                        function=function)
+        ph, sp = r["phases"], r["spark"]
+        print(f"{name:<34} {med([b['triggerExecution'] for b in sp]):>5.0f}  "
+              f"{med([p['tasks'] * 1000 for p in ph]):>9.0f}  "
+              f"{med([(b['triggerExecution'] - b['addBatch']) for b in sp]):>11.0f}  "
+              f"{med([p['tasks.busy'] * 1000 for p in ph]):>7.0f}  {med([p['tasks.snapshot'] * 1000 for p in ph]):>11.0f}"
+              f"  {med([p['commit'] * 1000 for p in ph]):>6.0f}   ({r['seconds']:.1f} s in all, {r['epochs']} epochs)")
+    print("Spark job: keyspan's stages up to the driver holding every task's report (mapInArrow: its addBatch); "
+          "Python: the slowest task's record processing; state files: the slowest task's checkpoint writes; "
+          "commit: the driver's checkpoint commit")
 
 
 def measure_on(master: str, args) -> dict:
@@ -178,6 +220,7 @@ def main():
     ap.add_argument("--pyflink", action="store_true", help="also run the PyFlink peers (bench/pyflink_peer.py)")
     ap.add_argument("--pyflink-python", default=PYFLINK_PYTHON, help="the python of a venv with apache-flink")
     ap.add_argument("--pyflink-modes", nargs="+", default=list(PYFLINK_MODES), choices=list(PYFLINK_MODES))
+    ap.add_argument("--breakdown", action="store_true", help="also print where a micro-batch's time goes")
     ap.add_argument("--master", help="also run keyspan on this Spark master and print its rate next to local mode")
     ap.add_argument("--measure-on", help=argparse.SUPPRESS)  # the child process of --master
     args = ap.parse_args()
@@ -225,6 +268,8 @@ def main():
         for mode, r in flink.items():
             goal = "  (goal >= 30x)" if mode == "thread" else ""
             print(f"{PYFLINK_MODES[mode]:<45} {r['rate']:>10,.0f} events/s   keyspan / it = {k / r['rate']:.2f}x{goal}")
+        if args.breakdown:
+            breakdown(spark, data, work)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
