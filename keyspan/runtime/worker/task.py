@@ -10,6 +10,7 @@ Python worker between epochs and are confirmed, rolled back or reloaded at the n
 from __future__ import annotations
 
 import itertools
+from functools import partial
 import time
 import uuid
 
@@ -143,6 +144,7 @@ class StageTask(OperatorChain):
         batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
         key_at = [plan.typed_fields.index(c) for c in plan.key_fields] if plan.key_fields else None
+        make_row = partial(tuple.__new__, row_cls)  # a typed input's values → its named Row
         cell = self.ts_cell
         source_ts = [None]  # the timestamp the source gave the record (Kafka's), if any
         # a keyed stage's state backend loads each chunk's keys in one go before the chunk is processed
@@ -189,24 +191,18 @@ class StageTask(OperatorChain):
                 # the key selector named these columns (planner.key_columns), so they are each record's key
                 key_col = (cols[key_at[0]] if len(key_at) == 1
                            else list(zip(*[cols[i] for i in key_at])))
-                new = tuple.__new__
-                self.records_in += batch.num_rows - kg_col.count(-1)
-                if batch_entry is not None or prefetch is not None:
-                    rows = [(kg, key, new(row_cls, values))
-                            for kg, key, values in zip(kg_col, key_col, zip(*cols)) if kg >= 0]
-                    kgs, keys, records = [kg for kg, _, _ in rows], [key for _, key, _ in rows], [r for _, _, r in rows]
-                    if prefetch is not None:
-                        prefetch(kgs, keys)
-                    if batch_entry is not None:
-                        batch_entry(kgs, keys, records, None)
-                    else:
-                        for kg, key, r in zip(kgs, keys, records):
-                            single(r, key, kg)
+                records = list(map(make_row, zip(*cols)))
+                if -1 in kg_col:  # the heartbeat row that tells this task its subtask
+                    keep = [i for i, kg in enumerate(kg_col) if kg >= 0]
+                    kg_col, key_col, records = ([col[i] for i in keep] for col in (kg_col, key_col, records))
+                self.records_in += len(records)
+                if prefetch is not None:
+                    prefetch(kg_col, key_col)
+                if batch_entry is not None:
+                    batch_entry(kg_col, key_col, records, None)
                 else:
-                    for kg, key, values in zip(kg_col, key_col, zip(*cols)):
-                        if kg < 0:
-                            continue  # the heartbeat row that tells this task its subtask
-                        single(new(row_cls, values), key, kg)
+                    for kg, key, r in zip(kg_col, key_col, records):
+                        single(r, key, kg)
             else:  # an exchange
                 ctl = batch.column(2).to_pylist()
                 payloads = batch.column(3).to_pylist()
