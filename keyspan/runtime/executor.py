@@ -415,7 +415,8 @@ class JobRunner:
             interval = max(self.checkpoint_config.interval_ms, self.checkpoint_config.min_pause_ms)
             writer = writer.trigger(processingTime=f"{interval} milliseconds")
         api = start_api(RunnerHandle(self)) if self.options.rest_api else None
-        query = writer.start()
+        with spark_session.offset_log_without_checksums(spark):
+            query = writer.start()
         self.query = query
         status = "FINISHED" if bounded else "STOPPED"
         try:
@@ -442,7 +443,7 @@ class JobRunner:
                 api.close()
         if self.failure is not None and not self.control.stopped:
             self._fail(self.failure)
-        if bounded and not self.control.stopped and self.timers_held and self._input_end_pending():
+        if bounded and not self.control.stopped and self._input_end_pending():
             try:
                 self._end_of_input()
             except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
@@ -636,7 +637,7 @@ class JobRunner:
         self._process_epoch(empty, self.committed["epoch"] + 1, self.committed["source_offsets"], end_of_input=True)
 
     def _input_end_pending(self) -> bool:
-        if self.committed is None or not any(s.plan.keyed for s in self.plan.stages):
+        if self.committed is None or not self.timers_held or not any(s.plan.keyed for s in self.plan.stages):
             return False
         marks = self.committed.get("event_time") or {}
         return any(marks.get(uid, {}).get("wm") != LONG_MAX for uid in self.plan.origins)
