@@ -11,7 +11,6 @@ import pyarrow as pa
 
 OUTPUT_SCHEMA = pa.schema([("_ks_exit", pa.int32()), ("_ks_sub", pa.int32()), ("_ks_ctl", pa.binary()),
                            ("payload", pa.binary())])
-OUTPUT_DDL = "_ks_exit int, _ks_sub int, _ks_ctl binary, payload binary"
 DRIVER_EXIT = -1  # rows for driver sinks (print, collect, add_sink)
 CONTROL_EXIT = -2  # a terminal task's pickled TaskReport
 FLUSH_RECORDS = 16384  # records an exit buffers before they leave as chunks

@@ -9,7 +9,7 @@ from functools import reduce
 
 from keyspan.connectors.sources import TICK, source_dataframe
 from keyspan.runtime.planner import ExitKind, InputFormat, PhysicalPlan
-from keyspan.runtime.protocol import CONTROL_EXIT, DRIVER_EXIT, OUTPUT_DDL, EpochContext
+from keyspan.runtime.protocol import CONTROL_EXIT, DRIVER_EXIT, OUTPUT_SCHEMA, EpochContext
 from keyspan.runtime.worker.task import make_stage_function
 
 
@@ -31,6 +31,9 @@ class SparkStages:
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
         self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns and heartbeat rows
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        self.output_type = from_arrow_schema(OUTPUT_SCHEMA)  # a DDL string would cost a JVM parse per stage and epoch
 
     def replan(self, plan: PhysicalPlan) -> None:
         """Run the next epochs with ``plan`` (a live rescale); the source stream stays as it is."""
@@ -144,7 +147,7 @@ class SparkStages:
                 if s.broadcast_inputs:
                     in_df = in_df.sortWithinPartitions("_ks_first", "_ks_seq").drop("_ks_first", "_ks_seq")
             code, digest = self.stage_code[p.stage_id]
-            out = in_df.mapInArrow(make_stage_function(code, digest, ctx), OUTPUT_DDL)
+            out = in_df.mapInArrow(make_stage_function(code, digest, ctx), self.output_type)
             if consumers[p.stage_id] > 1:
                 out = out.persist()
                 persisted.append(out)
@@ -159,7 +162,7 @@ class SparkStages:
             elif any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
         try:
-            result = _collect_all(finals)  # each has OUTPUT_DDL's columns
+            result = _collect_all(finals)  # each has OUTPUT_SCHEMA's columns
         finally:
             for df in persisted:
                 df.unpersist()
