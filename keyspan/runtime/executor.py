@@ -159,6 +159,9 @@ class JobRunner:
         self.query = None
         self.stream_schema = None  # the source stream's schema: an epoch without records is built from it
         self._in_epoch = False
+        # a stop and the start of an epoch exclude each other: Spark's query.stop() interrupts the thread
+        # an epoch's Spark jobs run on, and an epoch interrupted midway can leave the driver waiting forever
+        self._epoch_gate = threading.Lock()
         self.rescaling: dict | None = None  # a live rescale applied, until its first epoch commits
         self.application_id = None  # the Spark application the run's epochs run in (a live rescale keeps it)
         self.on_cluster = False  # a master whose executors may run on other hosts (set with the session)
@@ -425,7 +428,7 @@ class JobRunner:
                 self.progress.update()
                 if self.control.rescale_requested.is_set() and not bounded:
                     self._wake_now()  # an idle job runs an epoch for the rescale to apply at
-                if self.control.stop_due(self._in_epoch):
+                if self._claim_stop():
                     self._stop_with_savepoint()
                     status = "STOPPED"
                     break
@@ -567,9 +570,16 @@ class JobRunner:
                                  restored_from=self.run_info.get("restored_from"), trigger=trigger)
         return path
 
+    def _claim_stop(self) -> bool:
+        """Whether a requested stop goes ahead now, between two epochs; from here on no epoch starts."""
+        with self._epoch_gate:
+            if not self.control.stop_due(self._in_epoch):
+                return False
+            self.control.stopped = True
+            return True
+
     def _stop_with_savepoint(self) -> None:
         request = self.control.stop_request
-        self.control.stopped = True
         self.query.stop()
         if request.get("drain") and self.committed is not None:  # Flink's stop --drain
             try:
@@ -613,17 +623,22 @@ class JobRunner:
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
-        if self.control.stopped:
-            # never return normally here: Spark would record the batch as done without its data
-            raise RuntimeError(f"job '{self.job_id}' is stopping; epoch left for the next run")
-        request = self.control.take_rescale()
-        if request is not None:
-            self._rescale(request)
-        epoch = self.run_info["epoch_base"] + batch_id
-        if self.committed is not None and epoch <= self.committed["epoch"]:
-            self.progress.skipped += 1
-            return  # replayed by Spark after a crash; this epoch already committed
-        self._process_epoch(batch_df, epoch, self._read_offsets(batch_id))
+        with self._epoch_gate:
+            if self.control.stopped:
+                # never return normally here: Spark would record the batch as done without its data
+                raise RuntimeError(f"job '{self.job_id}' is stopping; epoch left for the next run")
+            self._in_epoch = True
+        try:
+            request = self.control.take_rescale()
+            if request is not None:
+                self._rescale(request)
+            epoch = self.run_info["epoch_base"] + batch_id
+            if self.committed is not None and epoch <= self.committed["epoch"]:
+                self.progress.skipped += 1
+                return  # replayed by Spark after a crash; this epoch already committed
+            self._process_epoch(batch_df, epoch, self._read_offsets(batch_id))
+        finally:
+            self._in_epoch = False
 
     def _end_of_input(self) -> None:
         """Bounded input that ended without every watermark origin seeing its end (a ``from_spark``
