@@ -108,12 +108,16 @@ class SparkStages:
             cached = self._routing[stage.plan.stage_id] = (routing, heartbeat)
         return cached
 
-    def _sole_exit(self, stage_id: int):
-        """The exit id of a stage whose rows all leave through one exit (its control rows included),
-        else None. Its consumer then needs no filter: each DataFrame step costs the driver 10–20 ms of
-        Spark analysis in every epoch."""
+    def _rows_through(self, out, stage_id: int, exit_id: int):
+        """The rows of stage ``stage_id``'s output that leave through ``exit_id``. When that is its only
+        exit, every row does (its control rows included), so no filter: each DataFrame step costs the
+        driver 10–20 ms of Spark analysis in every epoch."""
+        from pyspark.sql import functions as F
+
         exits = next(s.plan.exits for s in self.plan.stages if s.plan.stage_id == stage_id)
-        return exits[0].exit_id if len(exits) == 1 and exits[0].kind != ExitKind.DRIVER else None
+        if len(exits) == 1 and exits[0].kind != ExitKind.DRIVER and exits[0].exit_id == exit_id:
+            return out
+        return out.filter(F.col("_ks_exit") == exit_id)
 
     # -- one epoch ------------------------------------------------------------------------------------
     def run(self, batch_df, ctx: EpochContext) -> EpochRows:
@@ -139,8 +143,7 @@ class SparkStages:
                 src = self._source_batch(batch_df, s.pushdown_source)
                 in_df = src.select("*", *routing).unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
             else:
-                parts = [outputs[up] if self._sole_exit(up) == exit_id else outputs[up].filter(F.col("_ks_exit") == exit_id)
-                         for up, exit_id in s.inputs]
+                parts = [self._rows_through(outputs[up], up, exit_id) for up, exit_id in s.inputs]
                 if s.broadcast_inputs:
                     parts = _broadcast_first(parts, s)
                 in_df = reduce(lambda a, b: a.union(b), parts).repartitionById(p.parallelism, "_ks_sub")
