@@ -120,7 +120,7 @@ def breakdown(r: dict) -> str:
     detail = {k: med([d.get(k, 0) / 1000 for d in spark]) for k in ("latestOffset", "queryPlanning", "walCommit",
                                                                        "commitOffsets", "getBatch")}
     epoch = med([p["tasks"] + p["commit"] + p["deliver"] for p in ph])
-    tasks = [f"{k.split('.')[1]} {med([p[k] for p in ph if k in p]):.0f}" for k in ("tasks.busy", "tasks.snapshot")]
+    tasks = [f"{k.split('.')[1]} {med([p[k] for p in ph if k in p]):.0f}" for k in ("tasks.restore", "tasks.busy", "tasks.snapshot")]
     # checkpoint overhead: the slowest task's state-file writes plus the driver's commit, per epoch
     share = statistics.median([(p.get("tasks.snapshot", 0) + p["commit"]) / (p["tasks"] + p["commit"] + p["deliver"])
                                for p in ph]) if ph else 0

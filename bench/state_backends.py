@@ -18,7 +18,10 @@ Per checkpoint the metadata store gives ``bytes_written`` and ``created_at`` (ep
 commit; the first epoch's is from ``execute`` start, so it includes the query start); a checkpoint
 is "full" when a manifest handle of its own epoch is a full snapshot, "delta" when all of its own
 handles are deltas ("full+delta" when subtasks differ). The final state is read back from the last
-checkpoint and compared with the expected sums.
+checkpoint and compared with the expected sums. "State loading" is the slowest task's time loading
+state before its records (``tasks.restore`` of ``JobExecutionResult.epoch_phases``): Spark does not
+keep a subtask on the same Python worker, so a worker that last ran the subtask epochs ago catches up
+from the other worker's files, or restores it whole when a full snapshot came in between.
 
 Peak RSS: before each run the peak-RSS counter (VmHWM) of every Python worker process under this
 driver (cmdline contains ``pyspark.daemon`` or ``pyspark/worker``) is reset by writing 5 to
@@ -137,6 +140,7 @@ def run(spark, backend: str, data: str, workdir: str, job: str) -> dict:
     seconds = time.perf_counter() - t0
     mem = read_peaks(rss_start)
     checkpoints = MetadataStore(options.current().metadata()).list_checkpoints(job)
+    restore = {p["epoch"]: p.get("tasks.restore", 0) for p in result.epoch_phases}
     epochs, prev = [], wall0
     for c in checkpoints:
         own = [h for handles in c["manifest"].values() for h in handles
@@ -146,7 +150,7 @@ def run(spark, backend: str, data: str, workdir: str, job: str) -> dict:
         epochs.append({"epoch": c["epoch"], "kind": kind, "bytes": c["bytes_written"],
                        "full_bytes": sum(h.get("bytes", 0) for h in own if h["kind"] == "full"),
                        "delta_bytes": sum(h.get("bytes", 0) for h in own if h["kind"] == "delta"),
-                       "seconds": c["created_at"] - prev})
+                       "seconds": c["created_at"] - prev, "restore": restore.get(c["epoch"], 0)})
         prev = c["created_at"]
     return {"events": result.records, "seconds": seconds, "rate": result.records / seconds,
             "epochs": epochs, "mem": mem}
@@ -192,10 +196,11 @@ def main():
                       f"{r['mem']['workers']} procs, peak max {r['mem']['max_peak_mb']:.0f} MB, sum of peaks "
                       f"{r['mem']['sum_peak_mb']:.0f} MB (sum RSS at start {r['mem']['sum_start_mb']:.0f} MB)",
                       flush=True)
-                print("  epoch  kind        bytes written   (in full files / delta files)   epoch time")
+                print("  epoch  kind        bytes written   (in full files / delta files)   epoch time   "
+                      "state loading (slowest task)")
                 for e in r["epochs"]:
                     print(f"  {e['epoch']:>5}  {e['kind']:<10} {e['bytes']:>14,}   ({e['full_bytes']:>12,} / "
-                          f"{e['delta_bytes']:>12,})   {e['seconds'] * 1000:8.0f} ms")
+                          f"{e['delta_bytes']:>12,})   {e['seconds'] * 1000:8.0f} ms   {e['restore'] * 1000:8.0f} ms")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

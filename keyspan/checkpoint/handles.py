@@ -65,3 +65,4 @@ class TaskReport:
     busy_ms: float = 0.0  # processing records and firing timers (not restore, input wait, snapshot)
     timers: bool = False  # a keyed operator holds timers: the end of bounded input must fire them
     snapshot_ms: float = 0.0  # writing the epoch's state files: the tasks' share of a checkpoint's cost
+    restore_ms: float = 0.0  # loading its operators' state: a first restore, or catching up on another worker's epochs

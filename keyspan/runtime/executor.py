@@ -672,7 +672,8 @@ class JobRunner:
 
             reports = self.coordinator.run_epoch(epoch, execute, is_storage_failure=_storage_failure,
                                                  on_failure=self.observer.checkpoint_failed)
-            self.observer.phase("tasks", **{  # the slowest task's record processing and state writes
+            self.observer.phase("tasks", **{  # the slowest task's state loading, record processing and state writes
+                "tasks.restore": max((r.restore_ms for r in reports.values()), default=0) / 1000,
                 "tasks.busy": max((r.busy_ms for r in reports.values()), default=0) / 1000,
                 "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000})
             self._commit(epoch, offsets, reports, driver_rows, time_ctx)

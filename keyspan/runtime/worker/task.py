@@ -76,6 +76,7 @@ class StageTask(OperatorChain):
         self.records_in = 0
         self.records_out = 0  # records sent downstream or to driver sinks
         self.restored_bytes = 0
+        self.restore_s = 0.0
         self.out_exit: list[int] = []
         self.out_sub: list[int] = []
         self.out_ctl: list = []
@@ -94,7 +95,9 @@ class StageTask(OperatorChain):
         self.entry: list = []
 
     def _instance(self, op, keyed: bool) -> instances.OperatorInstance:
+        began = time.perf_counter()
         inst, restored = instances.acquire(op, self.plan, self.subtask, self.attempt, self.ctx, keyed)
+        self.restore_s += time.perf_counter() - began
         self.restored_bytes += restored
         self.instances.append(inst)
         return inst
@@ -329,6 +332,7 @@ class StageTask(OperatorChain):
             metrics=metricbase.take_epoch_snapshot([op.uid for op in self.plan.ops], self.subtask),
             busy_ms=self.busy_s * 1000,
             snapshot_ms=snapshot_s * 1000,
+            restore_ms=self.restore_s * 1000,
         ))
         downstream = [e for e in self.plan.exits if e.kind != ExitKind.DRIVER]
         if downstream:

@@ -9,6 +9,7 @@ import re
 import tempfile
 import uuid
 import weakref
+from itertools import repeat
 
 from keyspan.io import serde
 from keyspan.state.api import StateDescriptor
@@ -90,6 +91,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._forced_maps: dict[bytes, None] = {}
         # serialized current key, cached per key object and key group
         self._ck_obj = _NO_KEY
+        self._prefetched_keys: dict[int, bytes] = {}  # id(key) → encoded key, for the last prefetched chunk
+        self._prefetched_objects = ()
         self._ck_bytes = b""
         self._ck_mapb = b""
         self._ck_kg = -1
@@ -99,7 +102,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
     def _key_parts(self):
         key = self.current_key
         if key is not self._ck_obj:
-            ukb = encode_key(key)
+            ukb = self._prefetched_keys.get(id(key)) or encode_key(key)
             self._ck_bytes = ukb
             self._ck_mapb = _U32.pack(len(ukb)) + ukb
             self._ck_obj = key
@@ -151,17 +154,20 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
             self._drop_cache()
 
     def _flush(self) -> None:
-        """Hand the written keys of the cache to RocksDB in one batch."""
+        """Hand the written keys of the cache to RocksDB in one batch, in key order: RocksDB inserts
+        a sorted batch into its memtable about twice as fast as one in arrival order
+        (bench/state_backends.py)."""
         if not self._dirty:
             return
         wb = self._rd.WriteBatch(raw_mode=True)
+        put, delete = wb.put, wb.delete
         cache = self._cache
-        for k in self._dirty:
+        for k in sorted(self._dirty):
             raw = cache[k]
             if raw is None:
-                wb.delete(k)
+                delete(k)
             else:
-                wb.put(k, raw)
+                put(k, raw)
         self._db.write(wb)
         self._dirty = {}
         self._dirty_bytes = 0
@@ -180,14 +186,16 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         if not sids:
             return
         cache = self._cache
-        pack = _U16.pack
-        wanted = {}
-        for kg, ukb in zip(key_groups, map(encode_key, keys)):
-            kgb = pack(kg)
-            for sid in sids:
-                k = kgb + sid + ukb
-                if k not in cache:
-                    wanted[k] = None
+        heads = list(map(_U16.pack, key_groups))
+        ukbs = list(map(encode_key, keys))
+        # the chunk's records set these very key objects as current key next: their bytes by identity
+        # (``keys`` stays referenced, so no other object can take one of these ids meanwhile)
+        self._prefetched_keys = dict(zip(map(id, keys), ukbs))
+        self._prefetched_objects = keys
+        wanted = set()
+        for sid in sids:
+            wanted.update(map(bytes.__add__, map(bytes.__add__, heads, repeat(sid)), ukbs))
+        wanted = wanted.difference(cache)  # looks each key up in the cache (difference_update would scan it)
         if not wanted:
             return
         mean = self._cache_bytes // len(cache) if cache else 4 * _ENTRY  # bytes per entry so far
@@ -204,10 +212,9 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
                 return
             ks = wanted[at:at + n]
             at += n
-            size = 0
-            for k, raw in zip(ks, get(ks)):
-                cache[k] = raw
-                size += len(k) + (len(raw) if raw is not None else 0) + _ENTRY
+            raws = get(ks)
+            cache.update(zip(ks, raws))
+            size = sum(map(len, ks)) + sum(len(raw) for raw in raws if raw is not None) + _ENTRY * len(ks)
             self._cache_bytes += size
             mean = max(mean, size // len(ks))
 
