@@ -173,11 +173,13 @@ class InternalAggregatingState(AggregatingState):
         acc = self._load_for_update()
         self._store(self._agg.add(value, self._agg.create_accumulator() if acc is None else acc))
 
-    def add_accumulator(self, accumulator) -> None:
+    def add_accumulator(self, accumulator) -> bool:
         """Merge an accumulator of records pre-aggregated elsewhere (the columnar path) after the
-        stored one, as if its records had been ``add``-ed (Flink's ``updateInternal``)."""
+        stored one, as if its records had been ``add``-ed (Flink's ``updateInternal``); whether
+        there was a stored one."""
         acc = self._load_for_update()
         self._store(accumulator if acc is None else self._agg.merge(acc, accumulator))
+        return acc is not None
 
     def clear(self) -> None:
         self._delete()

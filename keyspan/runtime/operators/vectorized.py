@@ -279,7 +279,8 @@ class VectorizedWindowOperator(WindowOperator):
             backend.current_key = self._key = keys[i]
             backend.current_key_group = kgs[i]
             contents.set_current_namespace(window)
-            contents.add_accumulator(accumulators[g])
+            if contents.add_accumulator(accumulators[g]):
+                continue  # a pane the watermark has not passed: its first record registered its timers
             tc.window = window
             trigger.on_element(records[i], stamps[i], window, tc)
             self._register_cleanup_timer(window)
