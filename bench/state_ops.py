@@ -6,6 +6,14 @@ classes themselves (plain and TTL; value, list, map, reducing), on the heap and 
 Each case sets the current key for every one of ``--keys`` keys and runs one read-modify-write
 (value: value()+update(); list: add() then get() every 8th; map: get()+put(); reducing: add()),
 then confirms the epoch; the best of ``--rounds`` rounds is printed in operations (keys) per second.
+
+    python bench/state_ops.py --epochs 1000000   # a subtask's epochs, as a Spark task runs them
+
+``--epochs N``: one subtask (key groups 0–63 of 128) runs 10 epochs of the records it would get from
+2·N events on N uniform random keys: per 10 k-record chunk the backend's ``prefetch`` (RocksDB: one
+sorted multi-get), then a ``ValueState`` read-modify-write per record; per epoch the delta snapshot
+(every section encoded) and ``confirm``. Printed: CPU seconds of this thread per phase, on each
+backend (RocksDB's background flushes and compactions run on other threads and are not counted).
 """
 
 from __future__ import annotations
@@ -66,13 +74,71 @@ def run(backend, kind: str, ttl: bool, keys: list, rounds: int) -> float:
     return best
 
 
+def epochs(backend, keys: list, groups: list) -> dict:
+    """CPU seconds per phase of 10 epochs of one subtask's records (see ``--epochs``)."""
+    state = backend.get_state(ValueStateDescriptor("s"))
+    prefetch = getattr(backend, "prefetch", None)
+    clock = time.thread_time
+    spent = dict.fromkeys(("prefetch", "records", "snapshot", "confirm"), 0.0)
+    per_epoch = len(keys) // 10
+    for epoch in range(10):
+        end = (epoch + 1) * per_epoch
+        for lo in range(epoch * per_epoch, end, 10_000):
+            ks, gs = keys[lo:min(lo + 10_000, end)], groups[lo:min(lo + 10_000, end)]
+            t = clock()
+            if prefetch is not None:
+                prefetch(gs, ks)
+            spent["prefetch"] += clock() - t
+            t = clock()
+            for key, kg in zip(ks, gs):
+                backend.current_key = key
+                backend.current_key_group = kg
+                state.update((state.value() or 0) + 1)
+            spent["records"] += clock() - t
+        t = clock()
+        sections = backend.delta_sections()
+        for kg in sections:
+            sections[kg]
+        spent["snapshot"] += clock() - t
+        t = clock()
+        backend.confirm()
+        spent["confirm"] += clock() - t
+    return spent
+
+
+def run_epochs(n_keys: int) -> None:
+    import random
+
+    rng = random.Random(1)
+    events = [rng.randrange(n_keys) for _ in range(2 * n_keys)]
+    group_of = {k: assign_to_key_group(k, MAX_P) for k in set(events)}
+    keys = [k for k in events if group_of[k] < MAX_P // 2]
+    groups = [group_of[k] for k in keys]
+    print(f"{len(keys):,} records of one subtask, {n_keys:,} keys, 10 epochs (CPU seconds of this thread)")
+    print("| backend | prefetch | records | snapshot | confirm | total | records/CPU-s |\n|---|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("heap", "rocksdb"):
+            backend = (HeapKeyedStateBackend("bench", range(MAX_P // 2)) if name == "heap" else
+                       EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P // 2), tmp))
+            spent = epochs(backend, keys, groups)
+            total = sum(spent.values())
+            print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in spent.values())
+                  + f" | {total:.2f} | {len(keys) / total:,.0f} |", flush=True)
+            if name == "rocksdb":
+                backend.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--epochs", type=int, metavar="KEYS", help="run a subtask's epochs over KEYS keys instead")
     args = ap.parse_args()
+    if args.epochs:
+        run_epochs(args.epochs)
+        return
     keys = [(i, assign_to_key_group(i, MAX_P)) for i in range(args.keys)]
-    print(f"| backend | state | plain ops/s | TTL ops/s |\n|---|---|---:|---:|")
+    print("| backend | state | plain ops/s | TTL ops/s |\n|---|---|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("heap", "rocksdb"):
             for kind in ("value", "list", "map", "reducing"):
