@@ -147,9 +147,12 @@ class _Meta:
 
 
 def _drain(d: dict):
-    """Items of ``d``, each removed as it is yielded (so it can be freed once used)."""
-    while d:
-        yield d.popitem()
+    """Items of ``d`` in order, each removed as it is yielded (so it can be freed once used). In
+    order: a section's entries come sorted by RocksDB key, and RocksDB inserts a batch in key order
+    about twice as fast as one in reverse order."""
+    pop = d.pop
+    for k in list(d):
+        yield k, pop(k)
 
 
 class _Batch:
