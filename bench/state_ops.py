@@ -14,6 +14,11 @@ then confirms the epoch; the best of ``--rounds`` rounds is printed in operation
 sorted multi-get), then a ``ValueState`` read-modify-write per record; per epoch the delta snapshot
 (every section encoded) and ``confirm``. Printed: CPU seconds of this thread per phase, on each
 backend (RocksDB's background flushes and compactions run on other threads and are not counted).
+
+    python bench/state_ops.py --restore 400000   # a RocksDB full snapshot of that many keys restored
+
+``--restore N``: a ``ValueState`` of N keys in key groups 0–63 is snapshotted whole and restored into
+a new RocksDB backend, three times; CPU seconds of this thread per restore.
 """
 
 from __future__ import annotations
@@ -128,12 +133,41 @@ def run_epochs(n_keys: int) -> None:
                 backend.close()
 
 
+def run_restore(n_keys: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        source = EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P // 2), tmp)
+        state = source.get_state(ValueStateDescriptor("s"))
+        key = 0
+        for _ in range(n_keys):
+            while assign_to_key_group(key, MAX_P) >= MAX_P // 2:
+                key += 1
+            source.current_key, source.current_key_group = key, assign_to_key_group(key, MAX_P)
+            state.update(key % 1000)
+            key += 1
+        source.confirm()
+        payloads = list(source.full_sections().items())
+        source.close()
+        print(f"{n_keys:,} keys, {sum(map(len, (p for _, p in payloads))):,} bytes of full snapshot")
+        for _ in range(3):
+            target = EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P // 2), tmp)
+            target.get_state(ValueStateDescriptor("s"))
+            start = time.thread_time()
+            for kg, payload in payloads:
+                target.restore_payload(kg, payload)
+            print(f"restored in {time.thread_time() - start:.2f} CPU-s", flush=True)
+            target.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, metavar="KEYS", help="run a subtask's epochs over KEYS keys instead")
+    ap.add_argument("--restore", type=int, metavar="KEYS", help="restore a RocksDB full snapshot of KEYS keys instead")
     args = ap.parse_args()
+    if args.restore:
+        run_restore(args.restore)
+        return
     if args.epochs:
         run_epochs(args.epochs)
         return
