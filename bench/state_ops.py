@@ -64,6 +64,12 @@ def _op(kind: str, state):
     return lambda i: state.add(i)
 
 
+def _backend(name: str, key_groups: range, directory: str):
+    if name == "heap":
+        return HeapKeyedStateBackend("bench", key_groups)
+    return EmbeddedRocksDBStateBackend().create_keyed_backend("bench", key_groups, directory)
+
+
 def run(backend, kind: str, ttl: bool, keys: list, rounds: int) -> float:
     state = backend.get_state(_descriptor(kind, ttl))
     op = _op(kind, state)
@@ -123,8 +129,7 @@ def run_epochs(n_keys: int) -> None:
     print("| backend | prefetch | records | snapshot | confirm | total | records/CPU-s |\n|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("heap", "rocksdb"):
-            backend = (HeapKeyedStateBackend("bench", range(MAX_P // 2)) if name == "heap" else
-                       EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P // 2), tmp))
+            backend = _backend(name, range(MAX_P // 2), tmp)
             spent = epochs(backend, keys, groups)
             total = sum(spent.values())
             print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in spent.values())
@@ -135,21 +140,22 @@ def run_epochs(n_keys: int) -> None:
 
 def run_restore(n_keys: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        source = EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P // 2), tmp)
+        source = _backend("rocksdb", range(MAX_P // 2), tmp)
         state = source.get_state(ValueStateDescriptor("s"))
-        key = 0
-        for _ in range(n_keys):
-            while assign_to_key_group(key, MAX_P) >= MAX_P // 2:
-                key += 1
-            source.current_key, source.current_key_group = key, assign_to_key_group(key, MAX_P)
-            state.update(key % 1000)
+        key = written = 0
+        while written < n_keys:
+            kg = assign_to_key_group(key, MAX_P)
+            if kg < MAX_P // 2:
+                source.current_key, source.current_key_group = key, kg
+                state.update(key % 1000)
+                written += 1
             key += 1
         source.confirm()
         payloads = list(source.full_sections().items())
         source.close()
         print(f"{n_keys:,} keys, {sum(map(len, (p for _, p in payloads))):,} bytes of full snapshot")
         for _ in range(3):
-            target = EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P // 2), tmp)
+            target = _backend("rocksdb", range(MAX_P // 2), tmp)
             target.get_state(ValueStateDescriptor("s"))
             start = time.thread_time()
             for kg, payload in payloads:
@@ -178,10 +184,7 @@ def main() -> None:
             for kind in ("value", "list", "map", "reducing"):
                 rates = []
                 for ttl in (False, True):
-                    if name == "heap":
-                        backend = HeapKeyedStateBackend("bench", range(MAX_P))
-                    else:
-                        backend = EmbeddedRocksDBStateBackend().create_keyed_backend("bench", range(MAX_P), tmp)
+                    backend = _backend(name, range(MAX_P), tmp)
                     rates.append(run(backend, kind, ttl, keys, args.rounds))
                     if name == "rocksdb":
                         backend.close()
