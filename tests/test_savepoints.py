@@ -22,7 +22,7 @@ from keyspan.datastream.state import (
 )
 from keyspan.runtime.executor import JobExecutionError
 
-from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+from savepoint_helpers import BackgroundJob, stop_with_savepoint, store, use_options, wait_for_checkpoints
 
 
 class Average(AggregateFunction):
@@ -259,3 +259,17 @@ def test_savepoint_copied_elsewhere_restores_on_the_other_backend(workdir):
     build(env, workdir / "out-portable")
     env.execute("portable")
     assert lines(workdir / "out-portable") == lines(reference_out)
+
+
+def test_stop_lands_at_the_next_epoch_boundary_of_a_backlog(workdir):
+    """A bounded backlog runs its epochs back to back; a stop still lands at the next boundary
+    instead of waiting for the input to end."""
+    env = env_with(2)
+    build(env, workdir / "out", second_stateful=False)  # 30 epochs of 60 records
+    job = BackgroundJob(env, "backlog")
+    committed = wait_for_checkpoints("backlog", 2, job=job)
+    path = stop_with_savepoint("backlog")
+    job.join()
+    epoch = json.loads(Path(path.removeprefix("file://"), "_metadata.json").read_text())["epoch"]
+    assert committed <= epoch <= committed + 2  # the epoch running when the stop came, or the one after
+    assert store().latest_run("backlog")["status"] == "STOPPED"

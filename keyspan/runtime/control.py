@@ -14,6 +14,7 @@ class JobControl:
     def __init__(self):
         self.stop_request: dict | None = None
         self.stopped = False
+        self.stop_claimed = threading.Event()  # set once the loop stops the query: no epoch starts after it
         self._lock = threading.Lock()
         self._rescale: dict | None = None  # the rescale request not yet applied
         self.rescale_requested = threading.Event()  # set while a rescale waits: the loop asks for an epoch
@@ -26,6 +27,17 @@ class JobControl:
     def stop_due(self, in_epoch: bool) -> bool:
         """Stop at an epoch boundary: the current epoch finishes and commits first."""
         return self.stop_request is not None and not self.stopped and not in_epoch
+
+    def claim_stop(self) -> None:
+        self.stopped = True
+        self.stop_claimed.set()
+
+    def hold_epoch_for_stop(self, timeout: float = 5.0) -> None:
+        """An epoch about to start while a stop waits gives the loop time to claim it. Spark starts
+        the next batch of a backlog at once, so without this a stop could miss every gap between
+        epochs until the input ends."""
+        if self.stop_request is not None and not self.stopped:
+            self.stop_claimed.wait(timeout)
 
     def request_rescale(self, parallelism: int, reason: str = "requested") -> dict:
         """Ask for ``parallelism`` from the next epoch on (thread-safe). The returned dict gains

@@ -575,7 +575,7 @@ class JobRunner:
         with self._epoch_gate:
             if not self.control.stop_due(self._in_epoch):
                 return False
-            self.control.stopped = True
+            self.control.claim_stop()
             return True
 
     def _stop_with_savepoint(self) -> None:
@@ -623,6 +623,7 @@ class JobRunner:
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
+        self.control.hold_epoch_for_stop()
         with self._epoch_gate:
             if self.control.stopped:
                 # never return normally here: Spark would record the batch as done without its data
