@@ -28,6 +28,7 @@ class StateHandle(TypedDict):
     bytes: int
     sha256: str
     parallelism: NotRequired[int]  # operator state: the parallelism that wrote it
+    catch_up: NotRequired[bool]  # a delta written next to its epoch's full snapshot: restores skip it
 
 
 Manifest = dict[str, list[StateHandle]]  # operator uid → the files a restore of the checkpoint reads
@@ -35,6 +36,13 @@ Manifest = dict[str, list[StateHandle]]  # operator uid → the files a restore 
 
 def is_keyed(handle: StateHandle) -> bool:
     return handle["kind"] != OPERATOR
+
+
+def is_catch_up(handle: StateHandle) -> bool:
+    """Whether the file is the epoch's changes next to that epoch's full snapshot. It lets a worker
+    whose cached state is one epoch older catch up instead of rebuilding from the full snapshot;
+    a restore reads the full snapshot instead, and savepoints leave it out."""
+    return handle.get("catch_up", False)
 
 
 def overlaps(handle: StateHandle, key_groups: range) -> bool:

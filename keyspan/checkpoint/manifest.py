@@ -3,7 +3,7 @@ rewrites its key groups as one full snapshot, and which files retention may dele
 
 from __future__ import annotations
 
-from keyspan.checkpoint.handles import FULL, OPERATOR, Manifest, StateHandle, is_keyed, overlaps
+from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, Manifest, StateHandle, is_catch_up, is_keyed, overlaps
 
 
 def next_manifest(previous: Manifest, new_handles: list[StateHandle]) -> Manifest:
@@ -38,14 +38,25 @@ def _latest_operator_handles(handles: list[StateHandle]) -> list[StateHandle]:
     return [latest[s] for s in sorted(latest)]
 
 
-def restore_order(handles: list[StateHandle], key_groups: range | None = None,
-                  after_epoch: int | None = None) -> list[StateHandle]:
+def restore_order(handles: list[StateHandle], key_groups: range | None = None) -> list[StateHandle]:
     """The keyed files to apply, oldest first and a full snapshot before the deltas of its epoch;
-    only those touching ``key_groups`` and newer than ``after_epoch`` when given."""
-    chosen = [h for h in handles if is_keyed(h)
-              and (after_epoch is None or h["epoch"] > after_epoch)
+    only those touching ``key_groups`` when given."""
+    chosen = [h for h in handles if is_keyed(h) and not is_catch_up(h)
               and (key_groups is None or overlaps(h, key_groups))]
     return sorted(chosen, key=lambda h: (h["epoch"], h["kind"] != FULL))
+
+
+def catch_up_order(handles: list[StateHandle], key_groups: range, version: int) -> list[StateHandle] | None:
+    """The deltas that bring a worker's cached ``key_groups``, as of epoch ``version``, to the
+    checkpoint, oldest first; None when the cache must be rebuilt instead. A full snapshot drops the
+    deltas before it from the manifest, so a cache catches up across one only when that snapshot
+    is of the epoch right after the cache's, and only from the snapshot's catch-up delta."""
+    newer = [h for h in handles if is_keyed(h) and h["epoch"] > version and overlaps(h, key_groups)]
+    covered = {(h["epoch"], tuple(h["kg"])) for h in newer if is_catch_up(h)}
+    for h in newer:
+        if h["kind"] == FULL and (h["epoch"] != version + 1 or (h["epoch"], tuple(h["kg"])) not in covered):
+            return None
+    return sorted((h for h in newer if h["kind"] == DELTA), key=lambda h: h["epoch"])
 
 
 def full_snapshot_due(handles: list[StateHandle], key_groups: range, max_chain: int) -> bool:

@@ -14,7 +14,7 @@ def read_keyed_state(storage: Storage, manifest: dict, uid: str, max_parallelism
     """State name → {key: value} for one operator, as of the checkpoint whose manifest is given."""
     state: dict[str, dict] = {}
     all_groups = range(max_parallelism)
-    for h in sorted(manifest.get(uid, []), key=lambda h: (h["epoch"], h["kind"] != "full")):
+    for h in restore_order(manifest.get(uid, [])):
         for _kg, payload in statefile.read_key_groups(storage, h["path"], all_groups):
             for name, (puts, deletes) in serde.loads(payload).items():
                 table = state.setdefault(name, {})

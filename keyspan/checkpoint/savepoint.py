@@ -14,6 +14,7 @@ import time
 import uuid
 
 from keyspan.checkpoint import integrity, statefile
+from keyspan.checkpoint.handles import is_catch_up
 from keyspan.io.storage import Storage
 
 FORMAT = "keyspan-savepoint/1"
@@ -30,13 +31,13 @@ def default_target(workdir_savepoints: str, job_id: str, epoch: int) -> str:
 
 def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, job_name: str,
                     job_file_bytes: bytes | None, extra: dict | None = None, key: bytes | None = None) -> str:
-    """Copy the checkpoint's state files into ``target_uri`` and write the metadata last, so a
-    half-written savepoint has no ``_metadata.json`` and is never mistaken for a complete one."""
+    """Copy the checkpoint's state files a restore reads into ``target_uri`` and write the metadata
+    last, so a half-written savepoint has no ``_metadata.json`` and is never mistaken for a complete one."""
     target = Storage(target_uri)
     state: dict[str, list[dict]] = {}
     for uid, handles in checkpoint["manifest"].items():
         copied = []
-        for h in handles:
+        for h in (h for h in handles if not is_catch_up(h)):
             src_storage, src_rel = statefile.resolve(job_storage, h["path"])
             rel = posixpath.join("state", _safe(uid), posixpath.basename(src_rel))
             src_storage.copy_file(src_rel, target, rel)  # in pieces: a large state file is never held whole

@@ -11,6 +11,8 @@ import time
 
 from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, delete, insert, select
 
+from keyspan.checkpoint.handles import is_catch_up
+
 _tables = MetaData()
 
 checkpoint_stats = Table(
@@ -60,7 +62,7 @@ def _engine(store):
 
 def full_state_size(manifest: dict) -> int:
     """Bytes of every state file a restore of the checkpoint reads."""
-    return sum(h.get("bytes", 0) for handles in manifest.values() for h in handles)
+    return sum(h.get("bytes", 0) for handles in manifest.values() for h in handles if not is_catch_up(h))
 
 
 def record_checkpoint(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,

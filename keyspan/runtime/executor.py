@@ -58,6 +58,7 @@ from keyspan.state.keygroups import check_parallelism, compute_operator_index_fo
 
 
 log = logs.get_logger("keyspan.runtime")
+RECENT_TOKEN_EPOCHS = 4  # a worker cache parked at most this many epochs ago confirms its changes and catches up
 
 
 class JobExecutionError(RuntimeError):
@@ -148,6 +149,7 @@ class JobRunner:
         self.replay: dict | None = None  # source index → end offsets of epochs replayed after a fallback
         self.control = JobControl()
         self.failure: BaseException | None = None
+        self.recent_tokens: dict[int, dict] = {}  # epoch → committed tokens, the run's last few epochs
         self.restored_bytes: dict[tuple[int, int], int] = {}  # (stage, subtask) → state bytes its first epoch read
         self.committed: dict | None = None  # the latest committed checkpoint
         self.run_info: dict | None = None  # this run's row of the metadata store
@@ -699,7 +701,8 @@ class JobRunner:
             manifest=committed["manifest"] if committed else {},
             storage=self.storage, backend=self.env.get_state_backend(),
             max_chain=self.checkpoint_config.max_delta_chain, full_all=self.parallel_changed, time=time_ctx,
-            job_parameters=self.env.get_config().get_global_job_parameters())
+            job_parameters=self.env.get_config().get_global_job_parameters(),
+            recent_tokens=dict(self.recent_tokens))
 
     def _time_context(self, offsets, end_of_input: bool = False) -> TimeContext:
         """What every task needs to compute the watermarks after this epoch exactly as the driver will."""
@@ -755,6 +758,8 @@ class JobRunner:
             event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished,
                                           time_ctx.splits))
         self.observer.phase("commit", **self.coordinator.commit_seconds)
+        self.recent_tokens[epoch] = self.committed["tokens"]
+        self.recent_tokens.pop(epoch - RECENT_TOKEN_EPOCHS, None)
         self.parallel_changed = False
         self.timers_held = any(r.timers for r in reports.values())
         self.stages.checkpointed(offsets)

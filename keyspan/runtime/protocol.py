@@ -44,6 +44,8 @@ class EpochContext:
     full_all: bool  # parallelism changed: every subtask writes a full snapshot of its new range
     time: TimeContext
     job_parameters: dict = field(default_factory=dict)
+    recent_tokens: dict[int, dict[str, str]] = field(default_factory=dict)  # epoch → committed tokens of the
+    # run's last few epochs before ``committed_epoch``: a worker cache parked after one of them confirms by them
 
 
 class UserFunctionError(RuntimeError):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 
 from keyspan.checkpoint import statefile
-from keyspan.checkpoint.handles import DELTA, OPERATOR, is_keyed, overlaps
+from keyspan.checkpoint.handles import OPERATOR, is_keyed
+from keyspan.checkpoint.manifest import catch_up_order
 from keyspan.datastream.functions import (
     CheckpointedFunction,
     KeyedBroadcastProcessFunction,
@@ -103,12 +104,14 @@ class OperatorInstance:
                 self.function.open(self.runtime_context)
             self.opened = True
 
-    def settle(self, committed_epoch: int, committed_tokens: dict, state_id: str) -> None:
-        """Confirm last epoch's changes if the driver committed this attempt, else undo them."""
+    def settle(self, ctx, state_id: str) -> None:
+        """Confirm the parked epoch's changes if the driver committed this attempt, else undo them. The
+        parked epoch may be older than the last committed one: Spark ran later epochs on other workers."""
         if self.pending is None:
             return
         epoch, token = self.pending
-        if epoch == committed_epoch and committed_tokens.get(state_id) == token:
+        tokens = ctx.committed_tokens if epoch == ctx.committed_epoch else ctx.recent_tokens.get(epoch, {})
+        if tokens.get(state_id) == token:
             if self.backend is not None:
                 self.backend.confirm()
             self.version = epoch
@@ -138,13 +141,13 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     restored = 0
     inst = _INSTANCES.pop(cache_key, None)
     if inst is not None:
-        inst.settle(committed, ctx.committed_tokens, f"{op.uid}/{subtask}")
+        inst.settle(ctx, f"{op.uid}/{subtask}")
         if inst.version != committed:
-            newer = [h for h in handles if inst.version is not None and h["epoch"] > inst.version
-                     and overlaps(h, key_groups)] if keyed else []
-            if (keyed and not inst.has_operator_state and inst.version is not None
-                    and inst.version < committed and all(h["kind"] == DELTA for h in newer)):
-                restored += state_io.restore_keyed(inst.backend, newer, key_groups, ctx.storage)
+            catch_up = catch_up_order(handles, key_groups, inst.version) if (
+                keyed and not inst.has_operator_state and inst.version is not None
+                and inst.version < committed) else None
+            if catch_up is not None:
+                restored += state_io.apply_keyed(inst.backend, catch_up, key_groups, ctx.storage)
                 inst.timers.invalidate()
                 inst.version = committed
             else:

@@ -12,12 +12,16 @@ from keyspan.checkpoint.manifest import full_snapshot_due, restore_order
 from keyspan.state import operator as operator_state
 
 
-def restore_keyed(backend, handles: list[StateHandle], key_groups: range, storage,
-                  after_epoch: int | None = None) -> int:
-    """Apply the committed files of ``key_groups`` (newer than ``after_epoch``) to ``backend``, one key
-    group at a time; returns the bytes read."""
+def restore_keyed(backend, handles: list[StateHandle], key_groups: range, storage) -> int:
+    """Apply the committed files of ``key_groups`` to ``backend``; returns the bytes read."""
+    return apply_keyed(backend, restore_order(handles, key_groups), key_groups, storage)
+
+
+def apply_keyed(backend, files: list[StateHandle], key_groups: range, storage) -> int:
+    """Apply ``files`` (a restore's or a catch-up's, in their order) to ``backend``, one key group at
+    a time; returns the bytes read."""
     stats = statefile.ReadStats()
-    for h in restore_order(handles, key_groups, after_epoch):
+    for h in files:
         try:
             for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
                 backend.restore_payload(kg, payload)
@@ -59,7 +63,9 @@ def _name(uid: str, epoch: int, subtask: int, token: str, kind: str) -> str:
 def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tuple[list[StateHandle], dict]:
     """Write the epoch's state of every operator instance under names unique to this attempt: operator
     state whole, keyed state as a delta of what the epoch changed or — when compaction is due or the
-    parallelism changed — a full snapshot of the subtask's key groups."""
+    parallelism changed — a full snapshot of the subtask's key groups. A compaction's full snapshot
+    comes with the epoch's delta as well (``catch_up``): a worker that cached the subtask one epoch
+    earlier applies that delta instead of rebuilding the whole subtask from the full snapshot."""
     handles: list[StateHandle] = []
     tokens = {}
     epoch = ctx.epoch
@@ -76,11 +82,14 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
         if inst.backend is None:
             continue
         full = ctx.full_all or full_snapshot_due(ctx.manifest.get(uid, []), inst.key_groups, ctx.max_chain)
-        sections = inst.backend.full_sections() if full else inst.backend.delta_sections()
-        if not sections and not full:
-            continue
-        kind = FULL if full else DELTA
-        written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, kind), sections)
-        handles.append(StateHandle(uid=uid, kind=kind, epoch=epoch, kg=[inst.key_groups.start, inst.key_groups.stop],
-                                   subtask=subtask, **written))
+        kg = [inst.key_groups.start, inst.key_groups.stop]
+        if not ctx.full_all:  # after a rescale no worker holds these key groups: nothing to catch up
+            sections = inst.backend.delta_sections()
+            if full or sections:
+                written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, DELTA), sections)
+                handles.append(StateHandle(uid=uid, kind=DELTA, epoch=epoch, kg=kg, subtask=subtask, **written,
+                                           **({"catch_up": True} if full else {})))
+        if full:
+            written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, FULL), inst.backend.full_sections())
+            handles.append(StateHandle(uid=uid, kind=FULL, epoch=epoch, kg=kg, subtask=subtask, **written))
     return handles, tokens

@@ -1,0 +1,159 @@
+"""A Python worker's cached keyed state when Spark runs a subtask's epochs on different workers (it
+hands a task to whichever worker is idle): a cache parked a few epochs ago confirms its own committed
+changes and catches up from the checkpoint's deltas, also across a compaction right after its epoch
+(from the full snapshot's catch-up delta); otherwise it is rebuilt. Either way its state equals the
+checkpoint's, and restores and savepoints never read catch-up deltas."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from keyspan.checkpoint import reader
+from keyspan.checkpoint.handles import is_catch_up
+from keyspan.checkpoint.manifest import next_manifest, restore_order
+from keyspan.checkpoint.savepoint import load_savepoint, write_savepoint
+from keyspan.datastream import KeyedProcessFunction
+from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+from keyspan.datastream.transformation import OperatorKind
+from keyspan.io.storage import Storage
+from keyspan.runtime.planner import InputFormat, OpSpec, StagePlan
+from keyspan.runtime.protocol import EpochContext, TimeContext
+from keyspan.runtime.worker import instances, state_io
+from keyspan.state.keygroups import assign_to_key_group
+
+MAX_PARALLELISM = 128
+COUNT = ValueStateDescriptor("count")
+
+
+class Count(KeyedProcessFunction):
+    def open(self, ctx):
+        self.count = ctx.get_state(COUNT)
+
+    def process_element(self, value, ctx):
+        yield value
+
+
+class Job:
+    """One keyed subtask (parallelism 1) run epoch by epoch on whichever of two workers the test
+    says, committed the way the driver commits: manifest, tokens, the last few epochs' tokens."""
+
+    def __init__(self, root, backend, max_chain: int):
+        self.storage = Storage(root.as_uri())
+        self.backend = backend
+        self.max_chain = max_chain
+        self.op = OpSpec(index=0, uid="count", uid_generated=False, name="count", kind=OperatorKind.KEYED_PROCESS,
+                         function=Count())
+        self.plan = StagePlan(stage_id=0, parallelism=1, max_parallelism=MAX_PARALLELISM,
+                              input_format=InputFormat.EXCHANGE, entry=[0], ops=[self.op], exits=[], keyed=True)
+        self.run_id = uuid.uuid4().hex
+        self.workers = {"A": {}, "B": {}}  # each worker's instance cache
+        self.committed = {"epoch": -1, "manifest": {}, "tokens": {}}
+        self.recent: dict[int, dict] = {}
+        self.expected: dict[str, int] = {}
+        self.history: list[tuple[dict, dict]] = []  # (checkpoint, state) before each epoch
+
+    def epoch(self, worker: str, counts: dict[str, int]) -> tuple[object, int, list]:
+        """Run the next epoch on ``worker``, setting ``counts``; the instance, bytes it loaded, files it wrote."""
+        epoch = self.committed["epoch"] + 1
+        ctx = EpochContext(run_id=self.run_id, epoch=epoch, committed_epoch=self.committed["epoch"],
+                           committed_tokens=self.committed["tokens"], manifest=self.committed["manifest"],
+                           storage=self.storage, backend=self.backend, max_chain=self.max_chain, full_all=False,
+                           time=TimeContext(origins={}, state={}, now=0, finished=[]), recent_tokens=dict(self.recent))
+        instances._INSTANCES = self.workers[worker]
+        inst, restored = instances.acquire(self.op, self.plan, 0, 0, ctx, keyed=True)
+        assert self.state_of(inst) == self.expected  # the cache holds exactly the committed state
+        state = inst.runtime_context.get_state(COUNT)
+        for key, value in counts.items():
+            inst.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+            state.update(value)
+        self.history.append((self.committed, dict(self.expected)))
+        token = uuid.uuid4().hex[:8]
+        handles, tokens = state_io.snapshot([inst], ctx, 0, 1, token)
+        instances.park([inst], epoch, token)
+        self.committed = {"epoch": epoch, "manifest": next_manifest(self.committed["manifest"], handles),
+                          "tokens": tokens}
+        self.recent[epoch] = tokens
+        self.expected.update(counts)
+        return inst, restored, handles
+
+    def retry_last_epoch(self) -> None:
+        """The last epoch's attempt is not the one committed: the checkpoint before it is the latest."""
+        self.recent.pop(self.committed["epoch"])
+        self.committed, self.expected = self.history.pop()
+
+    @staticmethod
+    def state_of(inst) -> dict:
+        state = inst.runtime_context.get_state(COUNT)
+        values = {}
+        for kg, key in list(inst.backend.keys_of("count")):
+            inst.backend.set_current_key(key, kg)
+            values[key] = state.value()
+        return values
+
+
+@pytest.fixture(autouse=True)
+def _own_instance_cache():
+    saved = instances._INSTANCES
+    yield
+    instances._INSTANCES = saved
+
+
+def _written(handles, kind):
+    return [h for h in handles if h["kind"] == kind]
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_a_cache_catches_up_across_the_compaction_right_after_its_epoch(tmp_path, backend):
+    job = Job(tmp_path / "chk", backend(), max_chain=1)
+    keys = [f"k{i:03d}" for i in range(300)]
+    a, restored, _ = job.epoch("A", {k: 1 for k in keys})  # a first delta: the chain's base
+    assert restored == 0
+    assert job.epoch("A", {k: 2 for k in keys[:10]})[0] is a
+    # Spark runs epoch 2 on worker B: it rebuilds the subtask, and the chain is due for compaction
+    b, rebuilt, handles = job.epoch("B", {k: 3 for k in keys[10:20]})
+    assert b is not a and rebuilt > 0
+    full, catch_up = _written(handles, "full"), _written(handles, "delta")
+    assert len(full) == 1 and len(catch_up) == 1 and is_catch_up(catch_up[0]) and catch_up[0]["epoch"] == 2
+    assert catch_up[0]["bytes"] * 5 < full[0]["bytes"]  # the epoch's 10 keys, not the subtask's 300
+
+    # worker A's cache of epoch 1 confirms its own committed epoch and applies only the catch-up delta
+    again, read, _ = job.epoch("A", {k: 4 for k in keys[20:30]})
+    assert again is a and 0 < read <= catch_up[0]["bytes"]
+
+    # restores, readers and savepoints read the full snapshot, never the catch-up delta
+    manifest = job.committed["manifest"]["count"]
+    assert any(is_catch_up(h) for h in manifest)
+    assert not any(is_catch_up(h) for h in restore_order(manifest))
+    assert reader.read_keyed_state(job.storage, job.committed["manifest"], "count", MAX_PARALLELISM)["count"] \
+        == job.expected
+    checkpoint = {**job.committed, "job_id": "cache", "max_parallelism": MAX_PARALLELISM, "parallelism": 1,
+                  "operators": [], "source_offsets": None}
+    location = write_savepoint(job.storage, checkpoint, (tmp_path / "sp").as_uri(), job_name="cache",
+                               job_file_bytes=None)
+    assert not any(is_catch_up(h) for h in load_savepoint(location)["state"]["count"])
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_a_cache_behind_an_older_compaction_is_rebuilt(tmp_path, backend):
+    job = Job(tmp_path / "chk", backend(), max_chain=1)
+    keys = [f"k{i:03d}" for i in range(100)]
+    a = job.epoch("A", {k: 1 for k in keys})[0]
+    job.epoch("B", {k: 2 for k in keys[:5]})  # a delta
+    _, _, handles = job.epoch("B", {k: 3 for k in keys[5:10]})  # compaction: the delta of epoch 1 drops out
+    assert _written(handles, "full")
+    again, read, _ = job.epoch("A", {k: 4 for k in keys[10:15]})
+    assert again is not a and read > 0  # rebuilt from the full snapshot (the state check is in ``epoch``)
+
+
+def test_a_cache_whose_attempt_was_not_committed_rolls_back(tmp_path):
+    job = Job(tmp_path / "chk", HashMapStateBackend(), max_chain=100)
+    a = job.epoch("A", {"x": 1})[0]
+    job.epoch("A", {"x": 2})
+    job.retry_last_epoch()  # epoch 1 runs again on worker B, and B's attempt is the one committed
+    retried = job.epoch("B", {"x": 5})[0]
+    assert retried is not a
+    again, read, _ = job.epoch("A", {"y": 1})  # A's parked epoch-1 attempt is undone, then B's delta applied
+    assert again is a and read > 0 and job.state_of(again) == {"x": 5, "y": 1}
