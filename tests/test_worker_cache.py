@@ -137,14 +137,30 @@ def test_a_cache_catches_up_across_the_compaction_right_after_its_epoch(tmp_path
 
 
 @pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_a_cache_catches_up_across_a_compaction_of_the_chain_it_was_in(tmp_path, backend):
+    job = Job(tmp_path / "chk", backend(), max_chain=1)
+    keys = [f"k{i:03d}" for i in range(100)]
+    a = job.epoch("A", {k: 1 for k in keys})[0]  # the chain's base (a first delta)
+    job.epoch("B", {k: 2 for k in keys[:5]})  # a delta
+    _, _, handles = job.epoch("B", {k: 3 for k in keys[5:10]})  # compaction of the chain from epoch 0
+    assert _written(handles, "full")[0]["catch_up_from"] == 0
+    assert [h["epoch"] for h in job.committed["manifest"]["count"] if is_catch_up(h)] == [0, 1, 2]
+    again, read, _ = job.epoch("A", {k: 4 for k in keys[10:15]})
+    assert again is a and read > 0  # epochs 1 and 2 applied as deltas (the state check is in ``epoch``)
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
 def test_a_cache_behind_an_older_compaction_is_rebuilt(tmp_path, backend):
     job = Job(tmp_path / "chk", backend(), max_chain=1)
     keys = [f"k{i:03d}" for i in range(100)]
     a = job.epoch("A", {k: 1 for k in keys})[0]
-    job.epoch("B", {k: 2 for k in keys[:5]})  # a delta
-    _, _, handles = job.epoch("B", {k: 3 for k in keys[5:10]})  # compaction: the delta of epoch 1 drops out
-    assert _written(handles, "full")
-    again, read, _ = job.epoch("A", {k: 4 for k in keys[10:15]})
+    job.epoch("B", {k: 2 for k in keys[:5]})
+    job.epoch("B", {k: 3 for k in keys[5:10]})  # compaction of the chain from epoch 0
+    job.epoch("B", {k: 4 for k in keys[10:15]})
+    _, _, handles = job.epoch("B", {k: 5 for k in keys[15:20]})  # compaction of the chain from epoch 2
+    assert _written(handles, "full")[0]["catch_up_from"] == 2
+    assert not any(h["epoch"] < 2 for h in job.committed["manifest"]["count"])  # epoch 1's delta is gone
+    again, read, _ = job.epoch("A", {k: 6 for k in keys[20:25]})
     assert again is not a and read > 0  # rebuilt from the full snapshot (the state check is in ``epoch``)
 
 

@@ -28,7 +28,8 @@ class StateHandle(TypedDict):
     bytes: int
     sha256: str
     parallelism: NotRequired[int]  # operator state: the parallelism that wrote it
-    catch_up: NotRequired[bool]  # a delta written next to its epoch's full snapshot: restores skip it
+    catch_up: NotRequired[bool]  # a delta a full snapshot shadows, listed only for worker catch-ups: restores skip it
+    catch_up_from: NotRequired[int]  # a full snapshot: the range's deltas from this epoch on stay listed as catch-ups
 
 
 Manifest = dict[str, list[StateHandle]]  # operator uid → the files a restore of the checkpoint reads
@@ -39,9 +40,10 @@ def is_keyed(handle: StateHandle) -> bool:
 
 
 def is_catch_up(handle: StateHandle) -> bool:
-    """Whether the file is the epoch's changes next to that epoch's full snapshot. It lets a worker
-    whose cached state is one epoch older catch up instead of rebuilding from the full snapshot;
-    a restore reads the full snapshot instead, and savepoints leave it out."""
+    """Whether the file is a delta that a full snapshot of its epoch or a later one holds already.
+    Such deltas stay listed until the next compaction so that a worker whose cached state predates
+    the full snapshot catches up instead of loading the whole range; restores read the full
+    snapshot instead, and savepoints leave them out."""
     return handle.get("catch_up", False)
 
 

@@ -8,21 +8,30 @@ from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, Manifest, StateHan
 
 def next_manifest(previous: Manifest, new_handles: list[StateHandle]) -> Manifest:
     """The state files a restore of this checkpoint needs: per key group, the newest full snapshot
-    and the deltas after it. Files fully shadowed by newer full snapshots drop out. Operator state
-    (a whole subtask's operator state per file) keeps only the newest file per subtask, and only
-    those of the newest parallelism (every subtask writes one every epoch)."""
+    and the deltas after it. Files fully shadowed by newer full snapshots drop out, except the deltas
+    since the chain the newest full snapshot compacted began: they stay as catch-ups (restores skip
+    them) until the next compaction. Operator state (a whole subtask's operator state per file)
+    keeps only the newest file per subtask, and only those of the newest parallelism (every subtask
+    writes one every epoch)."""
     manifest = {uid: list(handles) for uid, handles in previous.items()}
     for h in new_handles:
         manifest.setdefault(h["uid"], []).append(h)
     for uid, handles in manifest.items():
-        keyed = [h for h in handles if is_keyed(h)]
-        newest_full: dict[int, int] = {}
-        for h in keyed:
+        newest_full: dict[int, StateHandle] = {}
+        for h in handles:
             if h["kind"] == FULL:
                 for kg in range(*h["kg"]):
-                    if newest_full.get(kg, -1) < h["epoch"]:
-                        newest_full[kg] = h["epoch"]
-        keyed = [h for h in keyed if any(newest_full.get(kg, -1) <= h["epoch"] for kg in range(*h["kg"]))]
+                    if kg not in newest_full or newest_full[kg]["epoch"] < h["epoch"]:
+                        newest_full[kg] = h
+        keyed = []
+        for h in handles:
+            if not is_keyed(h):
+                continue
+            fulls = [newest_full.get(kg) for kg in range(*h["kg"])]
+            if any(f is None or f["epoch"] <= h["epoch"] for f in fulls):
+                keyed.append(h)
+            elif h["kind"] == DELTA and all(f.get("catch_up_from", h["epoch"] + 1) <= h["epoch"] for f in fulls):
+                keyed.append(h if is_catch_up(h) else {**h, "catch_up": True})
         manifest[uid] = keyed + _latest_operator_handles([h for h in handles if h["kind"] == OPERATOR])
     return manifest
 
@@ -48,28 +57,39 @@ def restore_order(handles: list[StateHandle], key_groups: range | None = None) -
 
 def catch_up_order(handles: list[StateHandle], key_groups: range, version: int) -> list[StateHandle] | None:
     """The deltas that bring a worker's cached ``key_groups``, as of epoch ``version``, to the
-    checkpoint, oldest first; None when the cache must be rebuilt instead. A full snapshot drops the
-    deltas before it from the manifest, so a cache catches up across one only when that snapshot
-    is of the epoch right after the cache's, and only from the snapshot's catch-up delta."""
+    checkpoint, oldest first; None when the cache must be rebuilt instead: a full snapshot after
+    ``version`` whose compacted chain began after it (the deltas in between are gone), or one
+    written without its epoch's delta (after a rescale)."""
     newer = [h for h in handles if is_keyed(h) and h["epoch"] > version and overlaps(h, key_groups)]
-    covered = {(h["epoch"], tuple(h["kg"])) for h in newer if is_catch_up(h)}
+    deltas = {(h["epoch"], tuple(h["kg"])) for h in newer if h["kind"] == DELTA}
     for h in newer:
-        if h["kind"] == FULL and (h["epoch"] != version + 1 or (h["epoch"], tuple(h["kg"])) not in covered):
+        if h["kind"] != FULL:
+            continue
+        chain_start, kg = h.get("catch_up_from"), tuple(h["kg"])
+        # every epoch after ``version`` up to the full snapshot has its delta listed
+        if (chain_start is None or chain_start > version + 1 or (h["epoch"], kg) not in deltas
+                or (chain_start == version + 1 and (chain_start, kg) not in deltas)):
             return None
     return sorted((h for h in newer if h["kind"] == DELTA), key=lambda h: h["epoch"])
+
+
+def compaction_base(handles: list[StateHandle], key_groups: range) -> StateHandle | None:
+    """The range's newest full snapshot, or its first delta when it has none: where its chain of deltas starts."""
+    chain = sorted((h for h in handles if is_keyed(h) and not is_catch_up(h)
+                    and h["kg"] == [key_groups.start, key_groups.stop]), key=lambda h: h["epoch"])
+    fulls = [h for h in chain if h["kind"] == FULL]
+    return fulls[-1] if fulls else (chain[0] if chain else None)
 
 
 def full_snapshot_due(handles: list[StateHandle], key_groups: range, max_chain: int) -> bool:
     """Compact when the deltas since the last full snapshot outweigh it (or grow too many): the
     rewrite then costs about what the deltas cost, so an epoch's cost follows what it touched,
     not the total state, and a restore reads at most ~2× the state in a bounded number of files."""
-    chain = sorted((h for h in handles if is_keyed(h) and h["kg"] == [key_groups.start, key_groups.stop]),
-                   key=lambda h: h["epoch"])
-    fulls = [h for h in chain if h["kind"] == FULL]
-    base = fulls[-1] if fulls else (chain[0] if chain else None)  # a first delta serves as the base
+    base = compaction_base(handles, key_groups)
     if base is None:
         return False
-    deltas = [h for h in chain if h["epoch"] > base["epoch"]]
+    deltas = [h for h in handles if is_keyed(h) and not is_catch_up(h) and h["epoch"] > base["epoch"]
+              and h["kg"] == [key_groups.start, key_groups.stop]]
     if not deltas:
         return False
     if len(deltas) >= max_chain:

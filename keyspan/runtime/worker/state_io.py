@@ -8,7 +8,7 @@ import pickle
 
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, StateHandle
-from keyspan.checkpoint.manifest import full_snapshot_due, restore_order
+from keyspan.checkpoint.manifest import compaction_base, full_snapshot_due, restore_order
 from keyspan.state import operator as operator_state
 
 
@@ -64,8 +64,9 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
     """Write the epoch's state of every operator instance under names unique to this attempt: operator
     state whole, keyed state as a delta of what the epoch changed or — when compaction is due or the
     parallelism changed — a full snapshot of the subtask's key groups. A compaction's full snapshot
-    comes with the epoch's delta as well (``catch_up``): a worker that cached the subtask one epoch
-    earlier applies that delta instead of rebuilding the whole subtask from the full snapshot."""
+    comes with the epoch's delta as well (``catch_up``), and keeps the deltas of the chain it
+    compacted listed (``catch_up_from``): a worker that cached the subtask during that chain applies
+    deltas instead of rebuilding the whole subtask from the full snapshot."""
     handles: list[StateHandle] = []
     tokens = {}
     epoch = ctx.epoch
@@ -81,15 +82,19 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
                                        parallelism=parallelism, **written))
         if inst.backend is None:
             continue
-        full = ctx.full_all or full_snapshot_due(ctx.manifest.get(uid, []), inst.key_groups, ctx.max_chain)
+        committed = ctx.manifest.get(uid, [])
+        full = ctx.full_all or full_snapshot_due(committed, inst.key_groups, ctx.max_chain)
         kg = [inst.key_groups.start, inst.key_groups.stop]
+        catch_up = {}
         if not ctx.full_all:  # after a rescale no worker holds these key groups: nothing to catch up
             sections = inst.backend.delta_sections()
             if full or sections:
                 written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, DELTA), sections)
                 handles.append(StateHandle(uid=uid, kind=DELTA, epoch=epoch, kg=kg, subtask=subtask, **written,
                                            **({"catch_up": True} if full else {})))
+            if full:
+                catch_up = {"catch_up_from": compaction_base(committed, inst.key_groups)["epoch"]}
         if full:
             written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, FULL), inst.backend.full_sections())
-            handles.append(StateHandle(uid=uid, kind=FULL, epoch=epoch, kg=kg, subtask=subtask, **written))
+            handles.append(StateHandle(uid=uid, kind=FULL, epoch=epoch, kg=kg, subtask=subtask, **written, **catch_up))
     return handles, tokens
