@@ -21,7 +21,8 @@ handles are deltas ("full+delta" when subtasks differ). The final state is read 
 checkpoint and compared with the expected sums. "State loading" is the slowest task's time loading
 state before its records (``tasks.restore`` of ``JobExecutionResult.epoch_phases``): Spark does not
 keep a subtask on the same Python worker, so a worker that last ran the subtask epochs ago catches up
-from the other worker's files, or restores it whole when a full snapshot came in between.
+from the other worker's delta files, or restores it whole when its copy predates the deltas the
+newest full snapshot folded.
 
 Peak RSS: before each run the peak-RSS counter (VmHWM) of every Python worker process under this
 driver (cmdline contains ``pyspark.daemon`` or ``pyspark/worker``) is reset by writing 5 to
