@@ -73,23 +73,32 @@ def catch_up_order(handles: list[StateHandle], key_groups: range, version: int) 
     return sorted((h for h in newer if h["kind"] == DELTA), key=lambda h: h["epoch"])
 
 
-def compaction_base(handles: list[StateHandle], key_groups: range) -> StateHandle | None:
-    """The range's newest full snapshot, or its first delta when it has none: where its chain of deltas starts."""
-    chain = sorted((h for h in handles if is_keyed(h) and not is_catch_up(h)
-                    and h["kg"] == [key_groups.start, key_groups.stop]), key=lambda h: h["epoch"])
+def _chain(handles: list[StateHandle], key_groups: range) -> list[StateHandle]:
+    """The range's own files that restores read, oldest first."""
+    own = [key_groups.start, key_groups.stop]
+    return sorted((h for h in handles if is_keyed(h) and not is_catch_up(h) and h["kg"] == own),
+                  key=lambda h: h["epoch"])
+
+
+def _base(chain: list[StateHandle]) -> StateHandle | None:
     fulls = [h for h in chain if h["kind"] == FULL]
     return fulls[-1] if fulls else (chain[0] if chain else None)
+
+
+def compaction_base(handles: list[StateHandle], key_groups: range) -> StateHandle | None:
+    """The range's newest full snapshot, or its first delta when it has none: where its chain of deltas starts."""
+    return _base(_chain(handles, key_groups))
 
 
 def full_snapshot_due(handles: list[StateHandle], key_groups: range, max_chain: int) -> bool:
     """Compact when the deltas since the last full snapshot outweigh it (or grow too many): the
     rewrite then costs about what the deltas cost, so an epoch's cost follows what it touched,
     not the total state, and a restore reads at most ~2× the state in a bounded number of files."""
-    base = compaction_base(handles, key_groups)
+    chain = _chain(handles, key_groups)
+    base = _base(chain)
     if base is None:
         return False
-    deltas = [h for h in handles if is_keyed(h) and not is_catch_up(h) and h["epoch"] > base["epoch"]
-              and h["kg"] == [key_groups.start, key_groups.stop]]
+    deltas = [h for h in chain if h["epoch"] > base["epoch"]]
     if not deltas:
         return False
     if len(deltas) >= max_chain:
