@@ -20,9 +20,11 @@ from keyspan.state.api import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from keyspan.common.time import Time
 from keyspan.state.heap import HeapKeyedStateBackend
 from keyspan.state.keygroups import assign_to_key_group
 from keyspan.state.rocksdb import RocksDBKeyedStateBackend, encode_key
+from keyspan.state.ttl import StateTtlConfig
 
 MAX_P = 16
 
@@ -387,21 +389,34 @@ def test_restored_map_with_wrong_shape_is_named(make_rocks):
         b.get_state(MapStateDescriptor("m"))
 
 
+def _value_descriptor(through: str) -> ValueStateDescriptor:
+    """A value state kept in the object cache ("objects") or, with a TTL, in the byte cache ("bytes")."""
+    d = ValueStateDescriptor("v")
+    if through == "bytes":
+        d.enable_time_to_live(StateTtlConfig.new_builder(Time.hours(1)).build())
+    return d
+
+
+@pytest.mark.parametrize("through", ["objects", "bytes"])
 @pytest.mark.parametrize("limit,cache", [(None, None), (1, None), (1, 1), (None, "prefetch")],
                          ids=["buffered", "flushed-every-write", "no-cache", "prefetched"])
-def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch, limit, cache):
-    """An epoch's value writes wait in the backend's cache (RocksDB itself unchanged) while reads see
-    them; a rollback drops them, a delta and a confirm write them. With a 1-byte buffer every write
-    goes to RocksDB at once and the undo log alone must restore the epoch's start; with a 1-byte
-    cache nothing stays cached; with the epoch's keys prefetched every read is served by the cache."""
+def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch, limit, cache, through):
+    """An epoch's value writes wait in the backend's object cache (value states without TTL) or byte
+    cache (with TTL) — RocksDB itself unchanged — while reads see them; a rollback drops them, a delta
+    and a confirm write them. With a 1-entry object cache or 1-byte buffer every write goes to RocksDB
+    at once and the undo log alone must restore the epoch's start; with a 1-byte cache nothing stays
+    cached; with the epoch's keys prefetched every read is served by the cache."""
     import keyspan.state.rocksdb.backend as rocks_backend
 
     if limit is not None:
         monkeypatch.setattr(rocks_backend, "_DIRTY_LIMIT", limit)
     b = make_rocks()
+    if limit is not None:
+        b._object_limit = limit
     if cache == 1:
         b._cache_limit = 1
-    v = b.get_state(ValueStateDescriptor("v"))
+    v = b.get_state(_value_descriptor(through))
+    cached = (lambda: v._values) if through == "objects" else (lambda: b._cache)
     keys = ["a", "b", 3, ("t", 4), "gone"]
     for i, k in enumerate(keys):
         at(b, k)
@@ -410,8 +425,9 @@ def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch
     on_disk = sorted(b._db.items())
     if cache == "prefetch":
         b._drop_cache()
+        v.trim() if through == "objects" else None
         b.prefetch([assign_to_key_group(k, MAX_P) for k in keys + ["new"]], keys + ["new"])
-        assert len(b._cache) == len(keys) + 1
+        assert len(cached()) == len(keys) + 1
     for k in keys:
         at(b, k)
         v.update(v.value() + 10)
@@ -429,9 +445,45 @@ def test_epoch_writes_read_back_then_roll_back_or_commit(make_rocks, monkeypatch
         at(b, k)
         v.update(v.value() + 1)
     delta = norm(b.changed_sections())
-    assert sorted(p for sec in delta.values() for p in sec["v"][0].values()) == [1, 2, 3, 4, 5]
+    plain = (lambda p: p[0]) if through == "bytes" else (lambda p: p)  # sections carry TtlValues
+    assert sorted(plain(p) for sec in delta.values() for p in sec["v"][0].values()) == [1, 2, 3, 4, 5]
     b.confirm()
     assert [(at(b, k), v.value())[1] for k in keys] == [1, 2, 3, 4, 5]
+
+
+def test_object_cache_reads_are_copies_and_large_values_take_the_byte_cache(make_rocks):
+    """Value states without TTL keep values as objects, yet behave as RocksDB's: a read is a copy
+    the caller may change, a stored value does not follow later changes to the caller's object. A
+    value whose pickle is larger than 4 KB goes through the byte cache instead; a key's newest value
+    wins whichever cache holds it, in reads, deltas, rollbacks and after a confirm."""
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    at(b, "k")
+    kg = b.current_key_group
+    v.update([1, 2])
+    v.value().append(3)
+    assert v.value() == [1, 2]
+    mine = [5]
+    v.update(mine)
+    mine.append(6)
+    assert v.value() == [5]
+    b.confirm()
+    big = "x" * 10_000
+    v.update(big)
+    assert "k" not in v._values and v.value() == big
+    assert norm(b.changed_sections()) == {kg: {"v": ({"k": big}, [])}}
+    b.rollback()
+    assert v.value() == [5]
+    v.update(big)
+    b.confirm()
+    v.update(7)  # small again: the object cache's value is newer than the byte cache's
+    assert v.value() == 7 and norm(b.changed_sections()) == {kg: {"v": ({"k": 7}, [])}}
+    b.rollback()
+    assert v.value() == big
+    v.update(7)
+    b.confirm()
+    v.trim()
+    assert v.value() == 7 and b.all_sections() == {kg: {"v": ({"k": 7}, [])}}
 
 
 @pytest.mark.parametrize("cache", ["default", "prefetch", "tiny"])
@@ -446,6 +498,7 @@ def test_random_operations_match_heap(make_rocks, cache):
     rocks, heap = make_rocks(kgs), HeapKeyedStateBackend("op", kgs)
     if cache == "tiny":
         rocks._cache_limit = 300
+        rocks._object_limit = 2
     sr, sh = states(rocks), states(heap)
 
     def op():

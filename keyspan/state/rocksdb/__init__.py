@@ -10,15 +10,23 @@ write ranges, and a large map is never rewritten as a whole. A namespaced state 
 state) is laid out as a map whose map keys are the namespaces. Values are pickled
 (``keyspan.io.serde``).
 
-Epochs. The first time an epoch touches an entry, its previous bytes (or "absent") go into an
-in-memory undo log. ``rollback`` writes those bytes back, ``confirm`` forgets them. Value, list,
-reducing and aggregating states read and write through a cache of RocksDB keys → bytes: a keyed
-stage fills it with one sorted multi-get per chunk of input records (``prefetch``), writes wait
-there and go to RocksDB as one write batch per ~4 MB, and the epoch's delta takes the touched
-values from it. The cache holds at most a quarter of the memory configuration's fixed memory per
-slot (then it is flushed and emptied); it outlives a confirmed epoch while at most half full and is
-emptied on rollback and whenever RocksDB is written directly. Memory is proportional to what the
-epoch touched (the undo log) plus that bound, not to the state.
+Epochs. Value, reducing and aggregating states without TTL keep the values of the keys an epoch
+reads or writes as objects, keyed by user key (``RocksDBObjectCell``): a keyed stage fills this object
+cache with one sorted multi-get per chunk of input records (``prefetch``), the epoch's writes wait there
+until ``confirm`` hands them to RocksDB in one sorted write batch, ``rollback`` drops them, and the
+epoch's delta is built from them without decoding. Mutable values are kept pickled (``_Frozen``), so
+every read is a fresh copy, as RocksDB's reads are. Beyond ``_object_limit`` entries the written ones
+are spilled to RocksDB through the undo log, and values whose pickle exceeds 4 KB take the byte cache.
+
+Everything else (list states, TTL states, large values) goes through the byte cache and the undo log:
+the first time an epoch touches an entry, its previous bytes (or "absent") go into an in-memory undo
+log; ``rollback`` writes those bytes back, ``confirm`` forgets them. The byte cache maps RocksDB keys →
+bytes: ``prefetch`` fills it too, writes wait there and go to RocksDB as one write batch per ~4 MB, and
+the epoch's delta takes the touched values from it. It holds at most a quarter of the memory
+configuration's fixed memory per slot (then it is flushed and emptied); it outlives a confirmed epoch
+while at most half full and is emptied on rollback and whenever RocksDB is written directly. Memory is
+proportional to what the epoch touched (the undo log, the written objects) plus those bounds, not to
+the state.
 
 Sections. ``changed_sections``/``all_sections``/``apply_section`` use the heap backend's canonical
 format (key group → {state: ({user key: value}, [deleted user keys])}, a map state's value being

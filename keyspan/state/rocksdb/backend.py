@@ -31,12 +31,13 @@ from keyspan.state.rocksdb.layout import (
 from keyspan.state.rocksdb.memory import RocksDBMemoryConfiguration, _bound_memory
 from keyspan.state.rocksdb.scratch import _dispose, _prepare_pid_dir
 from keyspan.state.rocksdb.snapshot import Snapshots
-from keyspan.state.rocksdb.states import NAMESPACED, PLAIN, TTL
+from keyspan.state.rocksdb.states import NAMESPACED, PLAIN, TTL, RocksDBObjectCell
 from keyspan.state.ttl import TtlPolicy, stamp, unstamp
 
 _DIRTY_LIMIT = 4 << 20  # bytes of buffered writes before they go to RocksDB in one batch
 _CACHE_SHARE = 4  # the cache may hold 1/4 of RocksDB's memory budget (keys, values, ~64 B per entry)
 _ENTRY = 64  # a cache entry's bookkeeping: dict slot and bytes object headers
+_OBJECT_ENTRY = 256  # an object cache entry: the key and value objects and three dict slots
 
 
 # --- the backend -----------------------------------------------------------------------------------
@@ -71,7 +72,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._next_sid = 1
         # undo log of the open epoch: RocksDB key → bytes before the epoch (None: absent)
         self._undo: dict[bytes, bytes | None] = {}
-        # The cache of plain (non-map) cells: RocksDB key → its current bytes (None: absent), for keys
+        # The byte cache of the other plain (non-map) cells — lists, TTL states, large values: RocksDB key
+        # → its current bytes (None: absent), for keys
         # read, prefetched or written lately. Reads look here first, so a key read and updated many
         # times costs one RocksDB get, and a chunk's keys cost one multi-get (``prefetch``). A key the
         # open epoch has not written holds RocksDB's bytes, which is where the undo log takes them
@@ -83,7 +85,12 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         # and before anything reads RocksDB directly
         self._dirty: dict[bytes, None] = {}
         self._dirty_bytes = 0
-        self._plain_sids: list[bytes] = []  # state ids of the registered plain states: what ``prefetch`` loads
+        self._plain_sids: list[bytes] = []  # state ids of the byte-cached plain states: what ``prefetch`` loads
+        # value, reducing and aggregating states without TTL keep their keys' values as objects
+        # (``RocksDBObjectCell``), at most ``_object_limit`` entries shared among them (``limit`` each)
+        # before clean ones are dropped and written ones spilled to RocksDB through the undo log
+        self._object_cells: list = []
+        self._object_limit = max(4096, self._cache_limit // _OBJECT_ENTRY)
         self._undo_map: dict[bytes, bytes | None] = {}
         self._touched_maps: dict[bytes, None] = {}  # map prefixes touched this epoch, in order
         # restored values stamped for TTL by this instance: the next delta carries them (kept on rollback)
@@ -182,6 +189,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         """Load the entries of a chunk of records' (key group, key) pairs, for every registered value,
         list, reducing and aggregating state, into the cache with sorted multi-gets: one call into
         RocksDB per slice of keys instead of one per record. Stops where the cache would be full."""
+        for cell in self._object_cells:
+            cell.prefetch(key_groups, keys)
         sids = self._plain_sids
         if not sids:
             return
@@ -217,6 +226,12 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
             size = sum(map(len, ks)) + sum(len(raw) for raw in raws if raw is not None) + _ENTRY * len(ks)
             self._cache_bytes += size
             mean = max(mean, size // len(ks))
+
+    def _spill_objects(self) -> None:
+        """Hand the object cache's writes to RocksDB through the undo log: before anything reads
+        RocksDB for the whole state, or when they outgrow ``_object_limit``."""
+        for cell in self._object_cells:
+            cell.write_through(self._undo)
 
     # -- undo log ---------------------------------------------------------------------------------
     def _touch_map(self, prefix: bytes, k: bytes | None = None, old=_NO_KEY) -> None:
@@ -257,14 +272,19 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         meta.ttl = policy
         meta.restored_ttl = meta.restored_plain = False
         functions = user_functions(descriptor)
-        if not meta.is_map and meta.sid not in self._plain_sids:
-            self._plain_sids.append(meta.sid)
         if descriptor.namespaced:
             return NAMESPACED[kind](self, meta, **functions)
         if policy is None:
-            return PLAIN[kind](self, meta, **functions)
-        meta.compact = policy.compact_entries
-        return TTL[kind](self, meta, policy, **functions)
+            state = PLAIN[kind](self, meta, **functions)
+        else:
+            meta.compact = policy.compact_entries
+            state = TTL[kind](self, meta, policy, **functions)
+        if isinstance(state, RocksDBObjectCell):
+            for cell in self._object_cells:
+                cell.limit = max(1, self._object_limit // len(self._object_cells))
+        elif not meta.is_map:
+            self._plain_sids.append(meta.sid)
+        return state
 
     def _convert_restored(self, meta: _Meta, kind: str, policy) -> None:
         """A non-map state restored before registration, in the other form: stamp plain values with
@@ -386,6 +406,10 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
     # -- epochs -----------------------------------------------------------------------------------
     def confirm(self) -> None:
         self._flush()
+        for cell in self._object_cells:
+            cell.write_through()
+            if len(cell._values) > cell.limit // 2:
+                cell.trim()  # the next epoch starts with at least half the room for its own keys
         if self._cache_bytes > self._cache_limit // 2:
             self._drop_cache()  # the next epoch starts with at least half the cache for its own keys
         self._undo = {}
@@ -395,6 +419,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._forced_maps = {}
 
     def rollback(self) -> None:
+        for cell in self._object_cells:
+            cell.forget()  # its writes not spilled were never in RocksDB; the spilled ones are in the undo log
         self._cache = {}  # unflushed writes were never in RocksDB: dropping them undoes them
         self._cache_bytes = 0
         self._dirty = {}
@@ -414,7 +440,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._touched_maps = {}
 
     def has_pending(self) -> bool:
-        return bool(self._undo or self._touched_maps or self._forced or self._forced_maps)
+        return bool(self._undo or self._touched_maps or self._forced or self._forced_maps
+                    or any(cell._written for cell in self._object_cells))
 
     def keys_of(self, name: str):
         """(key group, key) of every key that has a value in state ``name``: a scan of that state's
@@ -422,6 +449,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         meta = self._metas.get(name)
         if meta is None:
             return
+        self._spill_objects()
         self._flush()
         ro = self._rd.ReadOptions()
         ro.fill_cache(False)
@@ -446,6 +474,7 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
 
     def key_count(self) -> int:
         """(state, user key) pairs holding a value, as the heap backend counts them."""
+        self._spill_objects()
         count = 0
         last = None
         for k, _ in self._scan(self._lower, self._upper):
@@ -463,6 +492,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         """Close RocksDB and delete its directory (also done when the backend is collected)."""
         self._cache = {}
         self._dirty = {}
+        for cell in self._object_cells:
+            cell.forget()
         self._finalizer()
 
     dispose = close
@@ -482,9 +513,10 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
     key group (or a few small ones) at a time, so the worker's memory does not grow with the state:
     a job whose state is 10× the memory its workers may use runs to completion
     (tests/test_rocksdb_memory.py, bench/rocksdb_memory.py). Reads and writes of value, list, reducing
-    and aggregating state go through a cache of at most a quarter of the fixed memory per slot, which
-    a keyed stage fills with one multi-get per chunk of records. What still grows with an epoch is the
-    undo log (the previous bytes of the entries the epoch overwrote) — bound it with
+    and aggregating state go through caches of at most a quarter of the fixed memory per slot each,
+    which a keyed stage fills with one multi-get per chunk of records: value, reducing and aggregating
+    state without TTL as objects, the rest as bytes. What still grows with an epoch is the undo log
+    (the previous bytes of the entries the epoch overwrote) — bound it with
     ``set_max_records_per_epoch`` when values are large.
     """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import pickle
 import struct
+from itertools import repeat
 
 from keyspan.io import serde
 from keyspan.state.ttl import TtlValue
@@ -36,6 +37,60 @@ def encode_key(key) -> bytes:
 
 
 decode_key = pickle.loads
+_SIMPLE_KEYS = frozenset((int, str, bytes))  # keys whose ``encode_key`` is their plain pickle
+
+
+def encode_keys(keys: list) -> list[bytes]:
+    """``encode_key`` of each key, at C speed when all are ints, strs or bytes (the usual keys)."""
+    if _SIMPLE_KEYS.issuperset(map(type, keys)):
+        return list(map(pickle.dumps, keys, repeat(serde.PROTOCOL)))
+    return list(map(encode_key, keys))
+
+
+class _Frozen(bytes):
+    """A mutable value in the object cache, kept as its pickle: every read unpickles a fresh copy (as
+    RocksDB's reads do), and the pickle is what RocksDB gets."""
+
+    __slots__ = ()
+
+
+_NUMBERS = frozenset((int, float, bool, complex, type(None)))  # fixed-size immutable values
+_LARGE = 4096  # a value whose pickle is longer goes through the byte cache, where memory is counted
+_PLAIN_VALUES = frozenset((int, float, bool, complex, str, bytes))  # kept as they are, pickled as they are
+
+
+def _cached_all(raws: list) -> list:
+    """``_cached`` of a multi-get's bytes (None stays None), at C speed when every value is a
+    number, str or bytes of at most ``_LARGE`` bytes."""
+    present = [raw for raw in raws if raw is not None]
+    if present and max(map(len, present)) <= _LARGE:
+        values = list(map(pickle.loads, present))
+        if _PLAIN_VALUES.issuperset(map(type, values)):
+            if len(values) == len(raws):
+                return values
+            it = iter(values)
+            return [None if raw is None else next(it) for raw in raws]
+    return [None if raw is None else _cached(raw) for raw in raws]
+
+
+def _stored_all(values: list) -> list:
+    """The bytes RocksDB gets for object cache values (None: a delete)."""
+    if _PLAIN_VALUES.issuperset(map(type, values)):
+        return list(map(pickle.dumps, values, repeat(serde.PROTOCOL)))
+    dumps, protocol = pickle.dumps, serde.PROTOCOL
+    return [v if v is None or v.__class__ is _Frozen else dumps(v, protocol) for v in values]
+
+
+def _cached(raw: bytes):
+    """The object cache's form of stored plain bytes: the value when it is immutable, else ``_Frozen``
+    (``_MISS``: too large for the object cache)."""
+    if len(raw) > _LARGE:
+        return _MISS
+    value = pickle.loads(raw)
+    t = value.__class__
+    if t in _NUMBERS or t is str or t is bytes or t is tuple and _NUMBERS.issuperset(map(type, value)):
+        return value
+    return _Frozen(raw)
 
 
 def _successor(prefix: bytes) -> bytes:

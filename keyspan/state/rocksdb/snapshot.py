@@ -86,34 +86,71 @@ class Snapshots:
                 deletes.append(ukey)
         return section
 
+    def _object_writes(self) -> dict[int, list]:
+        """Key group → [(state name, (puts, deleted keys))]: the object cache's writes of the open
+        epoch, as of now."""
+        writes: dict[int, list] = {}
+        for cell in self._object_cells:
+            for kg, entry in cell.written_sections().items():
+                writes.setdefault(kg, []).append((cell._name, entry))
+        return writes
+
+    @staticmethod
+    def _with_objects(section: dict, writes) -> dict:
+        """A key group's delta section with the object cache's writes on top: they are newer than
+        what the undo log's keys read (keys the object cache spilled earlier in the epoch)."""
+        for name, (puts, deletes) in writes:
+            e = section.get(name)
+            if e is None:
+                section[name] = (puts, deletes)
+                continue
+            merged, gone = e[0], dict.fromkeys(e[1])  # spilled earlier: a key may be on both sides
+            for key in deletes:
+                merged.pop(key, None)
+                gone[key] = None
+            for key, value in puts.items():
+                merged[key] = value
+                gone.pop(key, None)
+            section[name] = (merged, list(gone))
+        return section
+
     def changed_sections(self):
         self._flush()
         names = self._names()
-        return {kg: self._delta_section(keys, prefixes, self._db.get(keys) if keys else [], self._scan, names)
-                for kg, (keys, prefixes) in self._touched().items()}
+        touched = self._touched()
+        writes = self._object_writes()
+        sections = {}
+        for kg in sorted(touched.keys() | writes.keys()):
+            keys, prefixes = touched.get(kg, ((), ()))
+            section = self._delta_section(keys, prefixes, self._db.get(keys) if keys else [], self._scan, names)
+            sections[kg] = self._with_objects(section, writes.get(kg, ()))
+        return sections
 
     def delta_sections(self) -> LazySections:
         """The open epoch's changes, encoded one key group at a time as the checkpoint file is
-        written: key groups and keys are fixed now and the values are taken from the epoch cache or
-        read from a view of now, so memory is the cache's bytes plus one key group's delta."""
+        written: key groups and keys are fixed now and the values are taken from the object cache,
+        the byte cache or read from a view of now, so memory is the caches plus one key group's delta."""
         self._flush()
         touched = self._touched()
+        writes = self._object_writes()
         view = _View(self)
         names = self._names()
         cache = self._cache
         known = {k: cache[k] for k in self._undo if k in cache}  # the epoch cache's bytes, as of now
 
         def produce(kg):
-            keys, prefixes = touched[kg]
+            keys, prefixes = touched.get(kg, ((), ()))
             raws = [known.get(k, _View) for k in keys]
             for i, raw in enumerate(raws):
                 if raw is _View:  # not in the cache (any more): read it from the view
                     raws[i] = view.get(keys[i])
-            return self._delta_section(keys, prefixes, raws, view.scan, names)
+            section = self._delta_section(keys, prefixes, raws, view.scan, names)
+            return self._with_objects(section, writes.get(kg, ()))
 
         # every touched key is a put or a delete: a touched key group always has a section
-        return LazySections(touched, produce, self._encode_section, nonempty=touched.__contains__,
-                            dump=self._dump_section)
+        groups = sorted(touched.keys() | writes.keys())
+        return LazySections(groups, produce, self._encode_section,
+                            nonempty=lambda kg: kg in touched or kg in writes, dump=self._dump_section)
 
     def _encode_section(self, kg: int, section: dict) -> bytes:
         return serde.dumps_state(section, operator=self.operator, key_group=kg)
@@ -171,6 +208,7 @@ class Snapshots:
     def all_sections(self):
         """Key group → decoded full section, in one pass (a dict: for tests, tools and restores
         in memory; checkpoints use ``full_sections``)."""
+        self._spill_objects()
         names = self._names()
         horizons = self._full_snapshot_horizons()
         sections = {}
@@ -184,6 +222,7 @@ class Snapshots:
         """A full snapshot as of now, built and encoded one key group at a time (a range scan of the
         key group's prefix in a view opened now) as the checkpoint file is written: peak memory is
         about one key group's section, not the subtask's state."""
+        self._spill_objects()
         self._flush()
         view = _View(self)
         names = self._names()
@@ -214,6 +253,9 @@ class Snapshots:
         a memtable on top of its decoded section."""
         if key_group not in self.key_groups:
             return
+        self._spill_objects()
+        for cell in self._object_cells:
+            cell.forget()  # RocksDB is written directly
         self._drop_cache()
         kgb = _U16.pack(key_group)
         wb = _Batch(self)

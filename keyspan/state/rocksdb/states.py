@@ -9,10 +9,28 @@ the tagged bytes themselves, whose timestamp ``_timestamp_of`` reads without unp
 from __future__ import annotations
 
 import pickle
+from collections import deque
+from itertools import repeat
 
 from keyspan.io import serde
 from keyspan.state.internal import STATES, NamespaceMixin, compose
-from keyspan.state.rocksdb.layout import _I64, _MISS, _TTL_HEAD, _TTL_TAG, _successor, decode_key, encode_key
+from keyspan.state.rocksdb.layout import (
+    _I64,
+    _LARGE,
+    _MISS,
+    _NUMBERS,
+    _TTL_HEAD,
+    _TTL_TAG,
+    _U16,
+    _cached,
+    _cached_all,
+    _Frozen,
+    _stored_all,
+    _successor,
+    decode_key,
+    encode_key,
+    encode_keys,
+)
 from keyspan.state.ttl import TTL_STATES
 
 
@@ -121,6 +139,172 @@ class RocksDBCell:
         self._store(current)
 
 
+class RocksDBObjectCell(RocksDBCell):
+    """A value, reducing or aggregating state without TTL, through the backend's object cache: the
+    current values of the keys read or written lately, as objects keyed by user key, so a read or
+    write is a dict lookup, as on the heap. Writes stay there (``_written``: key → key group) until
+    the epoch is confirmed, when they go to RocksDB in one sorted batch (``write_through``), and the
+    epoch's delta is taken from them without decoding. Values whose pickle is larger than ``_LARGE``
+    go through the byte cache and undo log instead, where their memory is counted; a key's newest
+    write is in exactly one of the two."""
+
+    __slots__ = ("_values", "_written", "_rkeys", "_large", "limit")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._values: dict = {}  # user key → immutable value, ``_Frozen`` pickle, or None (absent)
+        self._written: dict = {}  # user key → key group, written in the open epoch
+        self._rkeys: dict = {}  # user key → RocksDB key, for the keys in ``_values``
+        self._large = False  # whether a value of this state went through the byte cache
+        self.limit = self._backend._object_limit  # entries kept: the backend's share for this state
+        self._backend._object_cells.append(self)
+
+    def _load(self):
+        value = self._values.get(self._backend.current_key, _MISS)
+        if value is _MISS:
+            value = self._fetch()
+        return pickle.loads(value) if value.__class__ is _Frozen else value
+
+    _load_for_update = _load
+
+    def _fetch(self):
+        """The current key's value from the byte cache or RocksDB, remembered when small."""
+        b = self._backend
+        k = self._key()
+        raw = b._get(k) if self._large else self._db.get(k)
+        if raw is None:
+            value = None
+        else:
+            value = _cached(raw)
+            if value is _MISS:
+                return _Frozen(raw)
+        if len(self._values) >= self.limit:
+            self.trim()
+        self._values[b.current_key] = value
+        self._rkeys[b.current_key] = k
+        return value
+
+    def _store(self, stored) -> None:
+        t = stored.__class__
+        if t not in _NUMBERS and not (t is tuple and _NUMBERS.issuperset(map(type, stored))):
+            if t is str or t is bytes:
+                raw = None if len(stored) <= _LARGE else self._dumps(stored)
+            else:
+                raw = self._dumps(stored)
+                if len(raw) <= _LARGE:
+                    stored, raw = _Frozen(raw), None
+            if raw is not None:
+                return self._store_large(raw)
+        b = self._backend
+        key = b.current_key
+        self._values[key] = stored
+        written = self._written
+        written[key] = b.current_key_group
+        if len(written) >= self.limit:
+            b._spill_objects()
+
+    def _delete(self) -> None:
+        self._store(None)
+
+    def _store_large(self, raw: bytes) -> None:
+        b = self._backend
+        key = b.current_key
+        self._values.pop(key, None)
+        self._written.pop(key, None)
+        self._large = True
+        b._write(self._key(), raw)
+
+    def prefetch(self, key_groups, keys) -> None:
+        """Load the values of a chunk's keys not in the object cache with one sorted multi-get."""
+        values = self._values
+        wanted = {key: kg for kg, key in zip(key_groups, keys) if key not in values}
+        if not wanted:
+            return
+        b = self._backend
+        if len(values) + len(wanted) > self.limit:
+            self.trim()
+            values = self._values
+        if self._large:
+            b._flush()  # RocksDB gets the byte cache's writes before it is read
+        ks = list(map(bytes.__add__, map(bytes.__add__, map(_U16.pack, wanted.values()), repeat(self._meta.sid)),
+                      encode_keys(list(wanted))))
+        key_of = dict(zip(ks, wanted))
+        ks.sort()
+        ukeys = list(map(key_of.__getitem__, ks))
+        cached = _cached_all(self._db.get(ks))
+        values.update(zip(ukeys, cached))
+        self._rkeys.update(zip(ukeys, ks))
+        if self._large:
+            for key, value in zip(ukeys, cached):
+                if value is _MISS:  # large: read through the byte cache each time
+                    del values[key]
+
+    def write_through(self, undo: dict | None = None) -> None:
+        """Hand the written values to RocksDB in one sorted batch, their previous bytes first into
+        ``undo`` when the epoch is still open (a spill); the byte cache forgets these keys."""
+        written = self._written
+        if not written:
+            return
+        b = self._backend
+        rkeys = self._rkeys
+        ks = list(map(rkeys.get, written))
+        if None in ks:
+            sid = self._meta.sid
+            for i, (key, kg) in enumerate(written.items()):
+                if ks[i] is None:
+                    ks[i] = rkeys[key] = _U16.pack(kg) + sid + encode_key(key)
+        raws = _stored_all(list(map(self._values.__getitem__, written)))
+        if None in raws:  # deletes (``in`` compares bytes with None only)
+            deletes = [k for k, raw in zip(ks, raws) if raw is None]
+            puts = {k: raw for k, raw in zip(ks, raws) if raw is not None}
+        else:
+            deletes, puts = [], dict(zip(ks, raws))
+        ks = sorted(puts)
+        if self._large:
+            b._flush()
+        if undo is not None:
+            missing = [k for k in (*ks, *deletes) if k not in undo]
+            if missing:
+                undo.update(zip(missing, self._db.get(missing)))
+        wb = b._rd.WriteBatch(raw_mode=True)
+        deque(map(wb.put, ks, map(puts.__getitem__, ks)), 0)  # in key order: RocksDB inserts it faster
+        for k in deletes:
+            wb.delete(k)
+        self._db.write(wb)
+        if self._large:
+            cache = b._cache
+            for k in (*ks, *deletes):
+                cache.pop(k, None)
+        self._written = {}
+
+    def written_sections(self) -> dict:
+        """Key group → (puts, deleted keys) of the open epoch's writes, values decoded."""
+        groups: dict = {}
+        values = self._values
+        for key, kg in self._written.items():
+            group = groups.get(kg)
+            if group is None:
+                group = groups[kg] = ({}, [])
+            value = values[key]
+            if value is None:
+                group[1].append(key)
+            else:
+                group[0][key] = pickle.loads(value) if value.__class__ is _Frozen else value
+        return groups
+
+    def trim(self) -> None:
+        """Forget the cached values of keys not written in the open epoch."""
+        written, values, rkeys = self._written, self._values, self._rkeys
+        self._values = {key: values[key] for key in written}
+        self._rkeys = {key: rkeys[key] for key in written if key in rkeys}
+
+    def forget(self) -> None:
+        """Drop everything cached, written values included (a rollback, or RocksDB written directly)."""
+        self._values = {}
+        self._written = {}
+        self._rkeys = {}
+
+
 class RocksDBMapCell(RocksDBCell):
     """One RocksDB entry per map entry under the prefix key group · state · len(user key) · user key."""
 
@@ -220,11 +404,14 @@ class RocksDBNamespacedCell(NamespaceMixin, RocksDBCell):
         self._db.delete(k)
 
 
-def _cell(kind: str) -> type:
-    return RocksDBMapCell if kind == "map" else RocksDBCell
+def _cell(kind: str, ttl: bool) -> type:
+    if kind == "map":
+        return RocksDBMapCell
+    return RocksDBCell if ttl or kind == "list" else RocksDBObjectCell
 
 
-PLAIN = {kind: compose(_cell(kind), cls, f"RocksDB{cls.__name__[len('Internal'):]}") for kind, cls in STATES.items()}
-TTL = {kind: compose(_cell(kind), cls, f"RocksDB{cls.__name__}") for kind, cls in TTL_STATES.items()}
+PLAIN = {kind: compose(_cell(kind, False), cls, f"RocksDB{cls.__name__[len('Internal'):]}")
+         for kind, cls in STATES.items()}
+TTL = {kind: compose(_cell(kind, True), cls, f"RocksDB{cls.__name__}") for kind, cls in TTL_STATES.items()}
 NAMESPACED = {kind: compose(RocksDBNamespacedCell, cls, f"RocksDBNamespaced{cls.__name__[len('Internal'):]}")
               for kind, cls in STATES.items()}
