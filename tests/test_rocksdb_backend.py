@@ -586,10 +586,9 @@ def test_full_snapshot_scans_one_key_group_at_a_time(make_rocks, monkeypatch):
     built = []
     real = RocksDBKeyedStateBackend._group_section
 
-    def spy(entries, names, horizons):
-        entries = list(entries)
-        built.append({(k[0] << 8) | k[1] for k, _ in entries})
-        return real(entries, names, horizons)
+    def spy(keys, raws, names, horizons):
+        built.append({(k[0] << 8) | k[1] for k in keys})
+        return real(keys, raws, names, horizons)
 
     monkeypatch.setattr(RocksDBKeyedStateBackend, "_group_section", staticmethod(spy))
     full = b.full_sections()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import pickle
 import struct
+from collections import deque
 from itertools import repeat
 
 from keyspan.io import serde
@@ -133,6 +134,23 @@ class _View:
             yield k, value()
             advance()
 
+    def lists(self, lower: bytes, upper: bytes) -> tuple[list, list]:
+        """(keys, values) with lower <= key < upper, in key order, as two lists: a full snapshot's
+        whole key group in one tight loop."""
+        it = self._it
+        it.seek(lower)
+        keys, values = [], []
+        valid, key, value, advance = it.valid, it.key, it.value, it.next
+        add_key, add_value = keys.append, values.append
+        while valid():
+            k = key()
+            if k >= upper:
+                break
+            add_key(k)
+            add_value(value())
+            advance()
+        return keys, values
+
     def first(self, lower: bytes, upper: bytes):
         """The first key in [lower, upper), or None."""
         it = self._it
@@ -227,6 +245,14 @@ class _Batch:
         self._bytes += len(k) + len(v)
         if self._bytes >= self.LIMIT:
             self.flush()
+
+    def put_all(self, keys: list, raws: list) -> None:
+        size = sum(map(len, keys)) + sum(map(len, raws))
+        if self._bytes + size > self.LIMIT:  # large values: one by one, so no batch outgrows the limit
+            deque(map(self.put, keys, raws), 0)
+            return
+        deque(map(self._wb.put, keys, raws), 0)
+        self._bytes += size
 
     def delete(self, k: bytes) -> None:
         self._wb.delete(k)

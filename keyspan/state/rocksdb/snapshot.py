@@ -4,9 +4,11 @@ written in bounded batches."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 import pickle
+from itertools import repeat
 
 from keyspan.io import serde
 from keyspan.state.backend import LazySections
@@ -24,10 +26,22 @@ from keyspan.state.rocksdb.layout import (
     _View,
     decode_key,
     encode_key,
+    encode_keys,
 )
-from keyspan.state.ttl import stamp, unstamp
+from keyspan.state.ttl import TtlValue, stamp, unstamp
 
 _KEY_GROUP = operator.itemgetter(slice(0, 2))  # a RocksDB key's key-group prefix
+_STATE_ID = operator.itemgetter(slice(2, 4))
+_USER_KEY = operator.itemgetter(slice(4, None))  # of a plain (non-map) state's entry
+_FIRST_BYTE = operator.itemgetter(0)
+_RESTORE_RUN = 128  # entries restored at C speed at a time (their pickles are held at once)
+
+
+def _needs_no_conversion(kind, values) -> bool:
+    """Whether restored values of a state without TTL are stored as they are: no ``TtlValue``, nor
+    (for a state not registered yet, whose form the values tell) a list or dict that may hold some."""
+    types = set(map(type, values))
+    return TtlValue not in types and (kind is not None or not (list in types or dict in types))
 
 
 class Snapshots:
@@ -158,12 +172,32 @@ class Snapshots:
     def _dump_section(self, kg: int, section: dict, file) -> None:
         serde.dump_state(section, file, operator=self.operator, key_group=kg)
 
-    @staticmethod
-    def _group_section(entries, names, horizons) -> dict:
-        """One key group's full section from its (RocksDB key, bytes) entries in key order. Expired
-        values of states with TTL cleanup in full snapshots (``horizons``: state id → horizon) are
-        left out."""
+    @classmethod
+    def _group_section(cls, keys: list, raws: list, names, horizons) -> dict:
+        """One key group's full section from its RocksDB keys and bytes in key order. A state's run of
+        plain values is decoded at C speed; maps, TTL'd values and states with TTL cleanup in full
+        snapshots (``horizons``: state id → horizon, whose expired values are left out) entry by entry."""
         section: dict[str, tuple] = {}
+        sids = list(map(_STATE_ID, keys))
+        start, n = 0, len(keys)
+        while start < n:
+            sid = sids[start]
+            end = bisect.bisect_right(sids, sid, start)
+            name, is_map, _ = names[sid]
+            ks, vs = keys[start:end], raws[start:end]
+            if is_map or sid in horizons or _TTL_TAG in bytes(map(_FIRST_BYTE, vs)):
+                cls._entries_section(section, zip(ks, vs), names, horizons)
+            else:
+                e = section.get(name)
+                if e is None:
+                    e = section[name] = ({}, [])
+                e[0].update(zip(map(decode_key, map(_USER_KEY, ks)), map(pickle.loads, vs)))
+            start = end
+        return section
+
+    @staticmethod
+    def _entries_section(section: dict, entries, names, horizons) -> None:
+        """Add one state's (RocksDB key, bytes) entries to ``section``, entry by entry."""
         last_prefix = None
         current_map = None
         for k, raw in entries:
@@ -194,7 +228,6 @@ class Snapshots:
                 current_map[decode_key(k[end:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
             else:
                 e[0][decode_key(k[4:])] = pickle.loads(raw) if raw[0] != _TTL_TAG else _decode(raw)
-        return section
 
     def _full_snapshot_horizons(self) -> dict:
         """State id → (TTL horizon, policy), for the states whose expired values full snapshots leave out."""
@@ -206,39 +239,35 @@ class Snapshots:
         return horizons
 
     def all_sections(self):
-        """Key group → decoded full section, in one pass (a dict: for tests, tools and restores
-        in memory; checkpoints use ``full_sections``)."""
-        self._spill_objects()
-        names = self._names()
-        horizons = self._full_snapshot_horizons()
-        sections = {}
-        for kgb, entries in itertools.groupby(self._scan(self._lower, self._upper), key=lambda e: e[0][:2]):
-            section = self._group_section(entries, names, horizons)
-            if section:
-                sections[_U16.unpack(kgb)[0]] = section
-        return sections
+        """Key group → decoded full section (a dict: for tests, tools and restores in memory;
+        checkpoints use ``full_sections``)."""
+        produce, _ = self._full_snapshot()
+        return {kg: section for kg in self.key_groups if (section := produce(kg))}
 
     def full_sections(self) -> LazySections:
         """A full snapshot as of now, built and encoded one key group at a time (a range scan of the
         key group's prefix in a view opened now) as the checkpoint file is written: peak memory is
         about one key group's section, not the subtask's state."""
+        produce, nonempty = self._full_snapshot()
+        return LazySections(self.key_groups, produce, self._encode_section, nonempty=nonempty,
+                            dump=self._dump_section)
+
+    def _full_snapshot(self):
+        """(produce(kg) → the key group's full section, nonempty(kg) or None), over a view opened now."""
         self._spill_objects()
         self._flush()
         view = _View(self)
         names = self._names()
         horizons = self._full_snapshot_horizons()
 
-        def bounds(kg):
-            return _U16.pack(kg), _U16.pack(kg + 1)
-
         def produce(kg):
-            return self._group_section(view.scan(*bounds(kg)), names, horizons)
+            keys, raws = view.lists(_U16.pack(kg), _U16.pack(kg + 1))
+            return self._group_section(keys, raws, names, horizons) if keys else {}
 
         def nonempty(kg):
-            return view.first(*bounds(kg)) is not None
+            return view.first(_U16.pack(kg), _U16.pack(kg + 1)) is not None
 
-        return LazySections(self.key_groups, produce, self._encode_section,
-                            nonempty=None if horizons else nonempty, dump=self._dump_section)
+        return produce, None if horizons else nonempty
 
     def restore_payload(self, key_group: int, payload: bytes) -> None:
         """Restore an encoded section, handing each value to RocksDB and dropping it from the decoded
@@ -288,22 +317,38 @@ class Snapshots:
                     for k, _ in self._scan(prefix, _successor(prefix)):
                         wb.delete(k)
             else:
-                kind = meta.kind
-                for ukey, value in entries:
-                    if kind is None:  # not registered: keep the form, remember it for registration
-                        if _is_ttl_form(value):
-                            meta.restored_ttl = True
+                if policy is None and meta.kind != "list":
+                    entries = iter(entries)
+                    while run := list(itertools.islice(entries, _RESTORE_RUN)):
+                        ukeys, values = zip(*run)
+                        if _needs_no_conversion(meta.kind, values):  # keys and values pickled at C speed
+                            if meta.kind is None:
+                                meta.restored_plain = True
+                            wb.put_all(list(map(bytes.__add__, repeat(base), encode_keys(ukeys))),
+                                       list(map(pickle.dumps, values, repeat(serde.PROTOCOL))))
                         else:
-                            meta.restored_plain = True
-                        wb.put(base + encode_key(ukey), _encode(value))
-                    elif policy is None:
-                        wb.put(base + encode_key(ukey), _encode(unstamp(kind, value)))
-                    else:
-                        stamped = stamp(kind, value, now)
-                        k = base + encode_key(ukey)
-                        if stamped is not value:
-                            self._forced[k] = None
-                        wb.put(k, _encode(stamped))
+                            self._restore_entries(meta, base, None, run, wb)
+                else:
+                    self._restore_entries(meta, base, now, entries, wb)
                 for ukey in deletes:
                     wb.delete(base + encode_key(ukey))
         wb.flush()
+
+    def _restore_entries(self, meta, base: bytes, now, entries, wb) -> None:
+        """Restore a plain state's (user key, value) entries one by one, converting their form."""
+        kind, policy = meta.kind, meta.ttl
+        for ukey, value in entries:
+            if kind is None:  # not registered: keep the form, remember it for registration
+                if _is_ttl_form(value):
+                    meta.restored_ttl = True
+                else:
+                    meta.restored_plain = True
+                wb.put(base + encode_key(ukey), _encode(value))
+            elif policy is None:
+                wb.put(base + encode_key(ukey), _encode(unstamp(kind, value)))
+            else:
+                stamped = stamp(kind, value, now)
+                k = base + encode_key(ukey)
+                if stamped is not value:
+                    self._forced[k] = None
+                wb.put(k, _encode(stamped))
