@@ -524,6 +524,7 @@ def test_random_operations_match_heap(make_rocks, cache):
                 else:
                     s.add(x)
         assert norm(rocks.changed_sections()) == norm(heap.changed_sections()), epoch
+        assert norm(rocks.all_sections()) == norm(heap.all_sections()), epoch  # the epoch's writes included
         roll = rng.random() < 0.3
         for backend in (rocks, heap):
             backend.rollback() if roll else backend.confirm()

@@ -253,18 +253,31 @@ class Snapshots:
                             dump=self._dump_section)
 
     def _full_snapshot(self):
-        """(produce(kg) → the key group's full section, nonempty(kg) or None), over a view opened now."""
-        self._spill_objects()
+        """(produce(kg) → the key group's full section, nonempty(kg) or None): a view of RocksDB
+        opened now, with the object cache's writes of the open epoch on top."""
         self._flush()
         view = _View(self)
+        writes = self._object_writes()
         names = self._names()
         horizons = self._full_snapshot_horizons()
 
         def produce(kg):
             keys, raws = view.lists(_U16.pack(kg), _U16.pack(kg + 1))
-            return self._group_section(keys, raws, names, horizons) if keys else {}
+            section = self._group_section(keys, raws, names, horizons) if keys else {}
+            for name, (puts, deletes) in writes.get(kg, ()):
+                e = section.get(name)
+                if e is None:
+                    e = section[name] = ({}, [])
+                e[0].update(puts)
+                for key in deletes:
+                    e[0].pop(key, None)
+                if not e[0]:
+                    del section[name]
+            return section
 
         def nonempty(kg):
+            if kg in writes:
+                return bool(produce(kg))
             return view.first(_U16.pack(kg), _U16.pack(kg + 1)) is not None
 
         return produce, None if horizons else nonempty
