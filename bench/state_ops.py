@@ -10,8 +10,8 @@ then confirms the epoch; the best of ``--rounds`` rounds is printed in operation
     python bench/state_ops.py --epochs 1000000   # a subtask's epochs, as a Spark task runs them
 
 ``--epochs N``: one subtask (key groups 0–63 of 128) runs 10 epochs of the records it would get from
-2·N events on N uniform random keys: per 10 k-record chunk the backend's ``prefetch`` (RocksDB: one
-sorted multi-get), then a ``ValueState`` read-modify-write per record; per epoch the delta snapshot
+2·N events on N uniform random keys: per 10 k-record chunk the backend's ``prefetch`` (RocksDB:
+sorted lookups), then a ``ValueState`` read-modify-write per record; per epoch the delta snapshot
 (every section encoded) and ``confirm``. Printed: CPU seconds of this thread per phase, on each
 backend (RocksDB's background flushes and compactions run on other threads and are not counted).
 

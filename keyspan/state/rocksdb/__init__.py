@@ -12,7 +12,7 @@ state) is laid out as a map whose map keys are the namespaces. Values are pickle
 
 Epochs. Value, reducing and aggregating states without TTL keep the values of the keys an epoch
 reads or writes as objects, keyed by user key (``RocksDBObjectCell``): a keyed stage fills this object
-cache with one sorted multi-get per chunk of input records (``prefetch``), the epoch's writes wait there
+cache with sorted lookups per chunk of input records (``prefetch``), the epoch's writes wait there
 until ``confirm`` hands them to RocksDB in one sorted write batch, ``rollback`` drops them, and the
 epoch's delta is built from them without decoding. Mutable values are kept pickled (``_Frozen``), so
 every read is a fresh copy, as RocksDB's reads are. Beyond ``_object_limit`` entries the written ones

@@ -61,7 +61,7 @@ _PLAIN_VALUES = frozenset((int, float, bool, complex, str, bytes))  # kept as th
 
 
 def _cached_all(raws: list) -> list:
-    """``_cached`` of a multi-get's bytes (None stays None), at C speed when every value is a
+    """``_cached`` of looked-up bytes (None stays None), at C speed when every value is a
     number, str or bytes of at most ``_LARGE`` bytes."""
     present = [raw for raw in raws if raw is not None]
     if present and max(map(len, present)) <= _LARGE:

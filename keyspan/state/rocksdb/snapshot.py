@@ -136,7 +136,7 @@ class Snapshots:
         sections = {}
         for kg in sorted(touched.keys() | writes.keys()):
             keys, prefixes = touched.get(kg, ((), ()))
-            section = self._delta_section(keys, prefixes, self._db.get(keys) if keys else [], self._scan, names)
+            section = self._delta_section(keys, prefixes, list(map(self._db.get, keys)), self._scan, names)
             sections[kg] = self._with_objects(section, writes.get(kg, ()))
         return sections
 

@@ -215,7 +215,7 @@ class RocksDBObjectCell(RocksDBCell):
         b._write(self._key(), raw)
 
     def prefetch(self, key_groups, keys) -> None:
-        """Load the values of a chunk's keys not in the object cache with one sorted multi-get."""
+        """Load the values of a chunk's keys not in the object cache, looked up in key order."""
         values = self._values
         wanted = {key: kg for kg, key in zip(key_groups, keys) if key not in values}
         if not wanted:
@@ -231,7 +231,7 @@ class RocksDBObjectCell(RocksDBCell):
         key_of = dict(zip(ks, wanted))
         ks.sort()
         ukeys = list(map(key_of.__getitem__, ks))
-        cached = _cached_all(self._db.get(ks))
+        cached = _cached_all(list(map(self._db.get, ks)))  # faster than rocksdict's multi-get
         values.update(zip(ukeys, cached))
         self._rkeys.update(zip(ukeys, ks))
         if self._large:
@@ -265,7 +265,7 @@ class RocksDBObjectCell(RocksDBCell):
         if undo is not None:
             missing = [k for k in (*ks, *deletes) if k not in undo]
             if missing:
-                undo.update(zip(missing, self._db.get(missing)))
+                undo.update(zip(missing, map(self._db.get, missing)))
         wb = b._rd.WriteBatch(raw_mode=True)
         deque(map(wb.put, ks, map(puts.__getitem__, ks)), 0)  # in key order: RocksDB inserts it faster
         for k in deletes:
