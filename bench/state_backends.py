@@ -22,7 +22,8 @@ checkpoint and compared with the expected sums. "State loading" is the slowest t
 state before its records (``tasks.restore`` of ``JobExecutionResult.epoch_phases``): Spark does not
 keep a subtask on the same Python worker, so a worker that last ran the subtask epochs ago catches up
 from the other worker's delta files, or restores it whole when its copy predates the deltas the
-newest full snapshot folded.
+newest full snapshot folded. On RocksDB it also includes writing the worker's own last epoch into
+RocksDB, which waits until the task learns that the driver committed that epoch.
 
 Peak RSS: before each run the peak-RSS counter (VmHWM) of every Python worker process under this
 driver (cmdline contains ``pyspark.daemon`` or ``pyspark/worker``) is reset by writing 5 to
