@@ -486,6 +486,21 @@ def test_object_cache_reads_are_copies_and_large_values_take_the_byte_cache(make
     assert v.value() == 7 and b.all_sections() == {kg: {"v": ({"k": 7}, [])}}
 
 
+def test_restored_large_values_are_read_from_rocksdb_not_the_object_cache(make_rocks):
+    b = make_rocks()
+    big = "y" * 10_000
+    kg = assign_to_key_group("k", MAX_P)
+    b.apply_section(kg, {"v": ({"k": big}, [])})
+    v = b.get_state(ValueStateDescriptor("v"))
+    b.prefetch([kg, kg], ["k", "k"])
+    assert "k" not in v._values
+    at(b, "k")
+    assert v.value() == big and "k" not in v._values
+    v.update(v.value() + "z")
+    b.confirm()
+    assert v.value() == big + "z" and b.all_sections() == {kg: {"v": ({"k": big + "z"}, [])}}
+
+
 @pytest.mark.parametrize("cache", ["default", "prefetch", "tiny"])
 def test_random_operations_match_heap(make_rocks, cache):
     """Differential: the same random operations, epochs confirmed or rolled back at random; on RocksDB

@@ -234,9 +234,9 @@ class RocksDBObjectCell(RocksDBCell):
         cached = _cached_all(list(map(self._db.get, ks)))  # faster than rocksdict's multi-get
         values.update(zip(ukeys, cached))
         self._rkeys.update(zip(ukeys, ks))
-        if self._large:
+        if _MISS in cached:  # large values (written or restored): read from RocksDB each time
             for key, value in zip(ukeys, cached):
-                if value is _MISS:  # large: read through the byte cache each time
+                if value is _MISS:
                     del values[key]
 
     def write_through(self, undo: dict | None = None) -> None:
