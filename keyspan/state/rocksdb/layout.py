@@ -82,16 +82,19 @@ def _stored_all(values: list) -> list:
     return [v if v is None or v.__class__ is _Frozen else dumps(v, protocol) for v in values]
 
 
+def _immutable(value) -> bool:
+    """Whether the object cache may hand out ``value`` itself: numbers, str, bytes, tuples of numbers."""
+    t = value.__class__
+    return t in _NUMBERS or t is str or t is bytes or t is tuple and _NUMBERS.issuperset(map(type, value))
+
+
 def _cached(raw: bytes):
     """The object cache's form of stored plain bytes: the value when it is immutable, else ``_Frozen``
     (``_MISS``: too large for the object cache)."""
     if len(raw) > _LARGE:
         return _MISS
     value = pickle.loads(raw)
-    t = value.__class__
-    if t in _NUMBERS or t is str or t is bytes or t is tuple and _NUMBERS.issuperset(map(type, value)):
-        return value
-    return _Frozen(raw)
+    return value if _immutable(value) else _Frozen(raw)
 
 
 def _successor(prefix: bytes) -> bytes:

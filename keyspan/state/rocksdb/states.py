@@ -25,6 +25,7 @@ from keyspan.state.rocksdb.layout import (
     _cached,
     _cached_all,
     _Frozen,
+    _immutable,
     _stored_all,
     _successor,
     decode_key,
@@ -185,16 +186,14 @@ class RocksDBObjectCell(RocksDBCell):
         return value
 
     def _store(self, stored) -> None:
-        t = stored.__class__
-        if t not in _NUMBERS and not (t is tuple and _NUMBERS.issuperset(map(type, stored))):
-            if t is str or t is bytes:
-                raw = None if len(stored) <= _LARGE else self._dumps(stored)
-            else:
+        if stored.__class__ not in _NUMBERS:  # numbers, the usual values, skip the checks
+            if not _immutable(stored):
                 raw = self._dumps(stored)
-                if len(raw) <= _LARGE:
-                    stored, raw = _Frozen(raw), None
-            if raw is not None:
-                return self._store_large(raw)
+                if len(raw) > _LARGE:
+                    return self._store_large(raw)
+                stored = _Frozen(raw)
+            elif stored.__class__ is not tuple and len(stored) > _LARGE:  # a long str or bytes
+                return self._store_large(self._dumps(stored))
         b = self._backend
         key = b.current_key
         self._values[key] = stored
