@@ -114,7 +114,7 @@ def breakdown(r: dict) -> str:
     keys = ["tasks", "commit", "deliver"]
     parts = [f"{k} {med([p[k] for p in ph]):.0f}" for k in keys]
     commit = [f"{k.split('.')[1]} {med([p[k] for p in ph if k in p]):.0f}" for k in
-              ("commit.stats", "commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention")]
+              ("commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention")]
     spark = r["spark"]
     own = [(d.get("triggerExecution", 0) - d.get("addBatch", 0)) / 1000 for d in spark]
     detail = {k: med([d.get(k, 0) / 1000 for d in spark]) for k in ("latestOffset", "queryPlanning", "walCommit",

@@ -1,7 +1,7 @@
 """One driver per job: a second `keyspan run` of a running job is refused naming the first; once the
 first is SIGKILLed the next one takes over and the output equals a failure-free run's; a driver
 whose lease was taken over can never commit again (fencing token checked in the commit's own
-transaction); the metadata store records its schema version."""
+transaction, as are the checkpoint's statistics); the metadata store records its schema version."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from keyspan.checkpoint import metadata as md
+from keyspan.checkpoint import stats as checkpoint_stats
 from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore
 
 JOB = Path(__file__).parent / "jobs" / "counting_job.py"
@@ -46,12 +47,19 @@ def test_stale_lease_holder_can_never_commit_again(store_url):
     second = store.claim_lease("j", "host-b", 222, duration=30)
     assert second.token == first.token + 1
     with pytest.raises(Fenced, match="taken over by driver pid 222 on host host-b"):
-        store.commit_checkpoint(fence=first, **_row(1))
+        store.commit_checkpoint(fence=first, also=_stats(store, 1, 100.0), **_row(1))
     with pytest.raises(Fenced):
         first.check()  # what a driver does before publishing output
     assert store.latest_checkpoint("j")["epoch"] == 0, "the fenced commit left nothing behind"
-    store.commit_checkpoint(fence=second, **_row(1))
+    assert [c["duration_ms"] for c in checkpoint_stats.checkpoint_history(store, "j")] == [None], \
+        "nor its statistics (they are written in the commit's transaction)"
+    store.commit_checkpoint(fence=second, also=_stats(store, 1, 250.0), **_row(1))
     assert store.latest_checkpoint("j")["epoch"] == 1
+    assert [c["duration_ms"] for c in checkpoint_stats.checkpoint_history(store, "j")] == [None, 250.0]
+
+
+def _stats(store, epoch: int, duration_ms: float):
+    return checkpoint_stats.checkpoint_recorder(store, "j", epoch, 1000.0, 1000.0 + duration_ms / 1000, 0, 0)
 
 
 def test_schema_version_is_recorded(store_url):

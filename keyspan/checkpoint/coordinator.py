@@ -171,10 +171,11 @@ class CheckpointCoordinator:
         print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.consecutive_failures} of "
               f"{self.tolerable_failures} tolerated, running the epoch again", file=sys.stderr)
 
-    def commit(self, epoch: int, reports: dict[tuple[int, int], TaskReport], before_commit=None, **row) -> dict:
+    def commit(self, epoch: int, reports: dict[tuple[int, int], TaskReport], with_commit=None, **row) -> dict:
         """Commit the epoch in one metadata transaction, publish its sink output, then retention.
-        ``before_commit(epoch, bytes_written, manifest)`` runs just before the commit point (statistics
-        that whoever sees the checkpoint must see too); ``row``: the rest of the checkpoint row."""
+        ``with_commit(epoch, bytes_written, manifest)`` returns statements (a function of the
+        connection) for the commit's transaction: statistics whoever sees the checkpoint must see
+        too; ``row``: the rest of the checkpoint row."""
         handles, tokens, sinks = [], {}, {}
         records = bytes_written = 0
         for (stage, _), report in reports.items():
@@ -187,13 +188,11 @@ class CheckpointCoordinator:
             bytes_written += sum(h["bytes"] for h in report.handles)
         manifest = next_manifest(self.committed["manifest"] if self.committed else {}, handles)
         steps = [time.perf_counter()]
-        if before_commit is not None:
-            before_commit(epoch, bytes_written, manifest)
-        steps.append(time.perf_counter())
+        also = with_commit(epoch, bytes_written, manifest) if with_commit is not None else None
         with self.files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
-                discard=discard, fence=self.lease, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens,
+                discard=discard, fence=self.lease, also=also, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens,
                 sinks=sinks, operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
         self.consecutive_failures = 0
         steps.append(time.perf_counter())
@@ -205,8 +204,8 @@ class CheckpointCoordinator:
         with self.files_lock:
             self.retention.committed(epoch, manifest, doomed)
         steps.append(time.perf_counter())
-        self.commit_seconds = dict(zip(("commit.stats", "commit.metadata", "commit.checkpoint_file", "commit.publish",
-                                        "commit.retention"), (b - a for a, b in zip(steps, steps[1:]))))
+        self.commit_seconds = dict(zip(("commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention"),
+                                       (b - a for a, b in zip(steps, steps[1:]))))
         return self.committed
 
     def _describe_operators(self, reports: dict[tuple[int, int], TaskReport]) -> list[dict]:

@@ -342,14 +342,17 @@ class MetadataStore:
             c.execute(update(runs).where(runs.c.run_id == run_id).values(status="RUNNING", ended_at=None, error=None))
 
     # checkpoints --------------------------------------------------------------------------
-    def commit_checkpoint(self, discard: list[int] = (), fence: "Lease | None" = None, **row) -> dict:
+    def commit_checkpoint(self, discard: list[int] = (), fence: "Lease | None" = None, also=None, **row) -> dict:
         """The atomic commit point of an epoch (and of the retention that follows from it); with a
-        ``fence``, only while this driver still holds the job's lease (checked in the same transaction)."""
+        ``fence``, only while this driver still holds the job's lease (checked in the same transaction).
+        ``also(connection)``: more statements for the same transaction (the checkpoint's statistics)."""
         values = dict(created_at=time.time(), published=not row.get("sinks"), discarded=False, **row)
         with self.engine.begin() as c:
             if fence is not None:
                 fence.renew_in(c)
             c.execute(insert(checkpoints).values(**values))
+            if also is not None:
+                also(c)
             if discard:
                 c.execute(update(checkpoints).where((checkpoints.c.job_id == row["job_id"]) &
                                                     checkpoints.c.epoch.in_(list(discard)))

@@ -65,14 +65,28 @@ def full_state_size(manifest: dict) -> int:
     return sum(h.get("bytes", 0) for handles in manifest.values() for h in handles if not is_catch_up(h))
 
 
-def record_checkpoint(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,
-                      full_size: int) -> None:
-    with _engine(store).begin() as c:
+def checkpoint_recorder(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,
+                        full_size: int):
+    """The statements that record a checkpoint's statistics, as a function of a connection: the commit
+    runs them in its own transaction, so whoever sees the checkpoint sees its duration and size, at
+    no extra transaction (and fsync) per epoch."""
+    _engine(store)  # the tables exist before the transaction
+
+    def record(c) -> None:
         c.execute(delete(checkpoint_stats).where((checkpoint_stats.c.job_id == job_id) &
                                                  (checkpoint_stats.c.epoch == epoch)))
         c.execute(insert(checkpoint_stats).values(
             job_id=job_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
             duration_ms=(ended_at - started_at) * 1000, bytes_written=bytes_written, full_size=full_size))
+
+    return record
+
+
+def record_checkpoint(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,
+                      full_size: int) -> None:
+    record = checkpoint_recorder(store, job_id, epoch, started_at, ended_at, bytes_written, full_size)
+    with store.engine.begin() as c:
+        record(c)
 
 
 def record_failure(store, job_id: str, epoch: int, cause: str) -> None:

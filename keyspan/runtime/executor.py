@@ -752,7 +752,7 @@ class JobRunner:
                 self.restored_bytes[key] = report.restored_bytes
             event_time.merge_reports(splits, report.splits)
         self.committed = self.coordinator.commit(
-            epoch, reports, before_commit=self.observer.committing, run_id=self.run_info["run_id"], parallelism=self.parallelism,
+            epoch, reports, with_commit=self.observer.committing, run_id=self.run_info["run_id"], parallelism=self.parallelism,
             max_parallelism=self.max_parallelism, source_offsets=offsets,
             restored_from=self.run_info["restored_from"], code_version=self.code_version, sources=self.source_ids,
             event_time=event_time.advance(time_ctx.origins, time_ctx.state, splits, time_ctx.now, time_ctx.finished,

@@ -56,14 +56,13 @@ class JobObserver:
         self.phases["epoch"] = epoch
         self.timeline.append(self.phases)
 
-    def committing(self, epoch: int, bytes_written: int, manifest: dict) -> None:
-        """Just before the commit point: the checkpoint's statistics are written first, so whoever sees
-        the committed checkpoint also sees its duration and size (a failed commit leaves an orphan
-        row that nothing reads and the epoch's retry replaces)."""
+    def committing(self, epoch: int, bytes_written: int, manifest: dict):
+        """Just before the commit point: the checkpoint's statistics, written in the commit's own
+        transaction, so whoever sees the committed checkpoint also sees its duration and size."""
         self.epoch_end = time.time()
-        checkpoint_stats.record_checkpoint(self.runner.store, self.runner.job_id, epoch, self.epoch_start or
-                                           self.epoch_end, self.epoch_end, bytes_written,
-                                           checkpoint_stats.full_state_size(manifest))
+        return checkpoint_stats.checkpoint_recorder(self.runner.store, self.runner.job_id, epoch, self.epoch_start or
+                                                    self.epoch_end, self.epoch_end, bytes_written,
+                                                    checkpoint_stats.full_state_size(manifest))
 
     def committed(self, epoch: int, reports: dict) -> None:
         checkpoint = self.runner.committed
