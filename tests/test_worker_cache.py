@@ -56,7 +56,8 @@ class Job:
         self.history: list[tuple[dict, dict]] = []  # (checkpoint, state) before each epoch
 
     def epoch(self, worker: str, counts: dict[str, int]) -> tuple[object, int, list]:
-        """Run the next epoch on ``worker``, setting ``counts``; the instance, bytes it loaded, files it wrote."""
+        """Run the next epoch on ``worker``, setting ``counts`` (None: clearing the key's state); the
+        instance, bytes it loaded, files it wrote."""
         epoch = self.committed["epoch"] + 1
         ctx = EpochContext(run_id=self.run_id, epoch=epoch, committed_epoch=self.committed["epoch"],
                            committed_tokens=self.committed["tokens"], manifest=self.committed["manifest"],
@@ -68,7 +69,7 @@ class Job:
         state = inst.runtime_context.get_state(COUNT)
         for key, value in counts.items():
             inst.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
-            state.update(value)
+            state.update(value) if value is not None else state.clear()
         self.history.append((self.committed, dict(self.expected)))
         token = uuid.uuid4().hex[:8]
         handles, tokens = state_io.snapshot([inst], ctx, 0, 1, token)
@@ -77,6 +78,7 @@ class Job:
                           "tokens": tokens}
         self.recent[epoch] = tokens
         self.expected.update(counts)
+        self.expected = {k: v for k, v in self.expected.items() if v is not None}
         return inst, restored, handles
 
     def retry_last_epoch(self) -> None:
@@ -173,3 +175,20 @@ def test_a_cache_whose_attempt_was_not_committed_rolls_back(tmp_path):
     assert retried is not a
     again, read, _ = job.epoch("A", {"y": 1})  # A's parked epoch-1 attempt is undone, then B's delta applied
     assert again is a and read > 0 and job.state_of(again) == {"x": 5, "y": 1}
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_a_catch_up_updates_and_deletes_what_the_cache_holds(tmp_path, backend):
+    """Worker A's cache holds every key of its epoch; B changes some and clears others. A catching up
+    keeps its cache (RocksDB: the object cache) but with B's values, and without the cleared keys."""
+    job = Job(tmp_path / "chk", backend(), max_chain=100)
+    keys = [f"k{i:03d}" for i in range(40)]
+    a = job.epoch("A", {k: 1 for k in keys})[0]
+    job.epoch("B", {**{k: 2 for k in keys[:10]}, **{k: None for k in keys[10:20]}})
+    again = job.epoch("A", {"k039": 3})[0]  # ``epoch`` checks A's state before this epoch's writes
+    assert again is a
+    assert job.state_of(a) == {**{k: 2 for k in keys[:10]}, **{k: 1 for k in keys[20:39]}, "k039": 3}
+    state = a.runtime_context.get_state(COUNT)
+    for key in keys[10:20]:  # read one by one: ``state_of`` lists the keys RocksDB holds, not the cache's
+        a.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+        assert state.value() is None, key
