@@ -192,8 +192,9 @@ class CheckpointCoordinator:
         with self.files_lock:
             discard, doomed = self.retention.expiring(epoch, manifest)
             self.committed = self.store.commit_checkpoint(
-                discard=discard, fence=self.lease, also=also, job_id=self.job_id, epoch=epoch, manifest=manifest, tokens=tokens,
-                sinks=sinks, operators=self._describe_operators(reports), bytes_written=bytes_written, records=records, **row)
+                discard=discard, fence=self.lease, also=also, job_id=self.job_id, epoch=epoch, manifest=manifest,
+                tokens=tokens, sinks=sinks, operators=self._describe_operators(reports), bytes_written=bytes_written,
+                records=records, **row)
         self.consecutive_failures = 0
         steps.append(time.perf_counter())
         write_checkpoint_metadata(self.storage, self.committed, job_name=self.job_name, key=self.signing_key)
@@ -204,8 +205,9 @@ class CheckpointCoordinator:
         with self.files_lock:
             self.retention.committed(epoch, manifest, doomed)
         steps.append(time.perf_counter())
-        self.commit_seconds = dict(zip(("commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention"),
-                                       (b - a for a, b in zip(steps, steps[1:]))))
+        self.commit_seconds = dict(zip(
+            ("commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention"),
+            (b - a for a, b in zip(steps, steps[1:]))))
         return self.committed
 
     def _describe_operators(self, reports: dict[tuple[int, int], TaskReport]) -> list[dict]:
