@@ -179,8 +179,8 @@ def test_a_cache_whose_attempt_was_not_committed_rolls_back(tmp_path):
 
 @pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
 def test_a_catch_up_updates_and_deletes_what_the_cache_holds(tmp_path, backend):
-    """Worker A's cache holds every key of its epoch; B changes some and clears others. A catching up
-    keeps its cache (RocksDB: the object cache) but with B's values, and without the cleared keys."""
+    """Worker A's cache holds every key of its epoch; B changes some and clears others. A, catching up,
+    reads B's values and none of the cleared keys, whatever its cache held before."""
     job = Job(tmp_path / "chk", backend(), max_chain=100)
     keys = [f"k{i:03d}" for i in range(40)]
     a = job.epoch("A", {k: 1 for k in keys})[0]

@@ -82,13 +82,6 @@ def checkpoint_recorder(store, job_id: str, epoch: int, started_at: float, ended
     return record
 
 
-def record_checkpoint(store, job_id: str, epoch: int, started_at: float, ended_at: float, bytes_written: int,
-                      full_size: int) -> None:
-    record = checkpoint_recorder(store, job_id, epoch, started_at, ended_at, bytes_written, full_size)
-    with store.engine.begin() as c:
-        record(c)
-
-
 def record_failure(store, job_id: str, epoch: int, cause: str) -> None:
     with _engine(store).begin() as c:
         c.execute(insert(checkpoint_failures).values(job_id=job_id, epoch=epoch, failed_at=time.time(),
