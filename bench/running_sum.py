@@ -97,7 +97,7 @@ def breakdown(spark, data: str, work: str) -> None:
     query.awaitTermination()
     seconds = time.perf_counter() - start
     batches = [dict(p.durationMs) for p in query.recentProgress]
-    print("\nper micro-batch (median ms)        total  Spark job  Spark's own   Python  state files  commit")
+    print("\nper micro-batch (median ms)        total  Spark job  Spark's own   Python  state files  commit  awaited")
     print(f"mapInArrow, no state saved         {med([b['triggerExecution'] for b in batches]):>5.0f}  "
           f"{med([b['addBatch'] for b in batches]):>9.0f}  "
           f"{med([b['triggerExecution'] - b['addBatch'] for b in batches]):>11.0f}   ({seconds:.1f} s in all)")
@@ -109,10 +109,12 @@ def breakdown(spark, data: str, work: str) -> None:
               f"{med([p['tasks'] * 1000 for p in ph]):>9.0f}  "
               f"{med([(b['triggerExecution'] - b['addBatch']) for b in sp]):>11.0f}  "
               f"{med([p['tasks.busy'] * 1000 for p in ph]):>7.0f}  {med([p['tasks.snapshot'] * 1000 for p in ph]):>11.0f}"
-              f"  {med([p['commit'] * 1000 for p in ph]):>6.0f}   ({r['seconds']:.1f} s in all, {r['epochs']} epochs)")
+              f"  {med([p['commit'] * 1000 for p in ph]):>6.0f}  {med([p.get('commit.wait', 0) * 1000 for p in ph]):>7.0f}"
+              f"   ({r['seconds']:.1f} s in all, {r['epochs']} epochs)")
     print("Spark job: keyspan's stages up to the driver holding every task's report (mapInArrow: its addBatch); "
           "Python: the slowest task's record processing; state files: the slowest task's checkpoint writes; "
-          "commit: the driver's checkpoint commit")
+          "commit: the driver's checkpoint commit, which runs while Spark logs the batch; awaited: how long the "
+          "next epoch waited for it")
 
 
 def measure_on(master: str, args) -> dict:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -54,6 +57,44 @@ def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_pat
             counts[rec["key"]] += 1
             seen.setdefault(rec["key"], set()).add(rec["count"])
     assert all(seen[k] == set(range(1, counts[k] + 1)) for k in counts)
+
+
+def test_driver_killed_after_spark_logged_a_batch_whose_checkpoint_had_not_committed(tmp_path):
+    """An epoch's commit runs while Spark logs the batch as done and plans the next one. A second
+    process holds the metadata store, so the commit waits; the driver is SIGKILLed once Spark's log
+    is ahead of the last checkpoint. The restart runs that epoch again: the output is a clean run's."""
+    clean_out = tmp_path / "clean-out"
+    clean = _run_job(tmp_path / "clean", clean_out, ["--fresh"])
+    _, err = clean.communicate(timeout=300)
+    assert clean.returncode == 0, err[-3000:]
+    reference = _output(clean_out)
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    proc = _run_job(work, out)
+    deadline = time.time() + 120
+    while committed_epoch(work) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the job ended before the metadata store could be held"
+    holder = sqlite3.connect(work / "keyspan.db", timeout=30, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # the driver's next commit waits for this process
+    committed = holder.execute("select max(epoch) from checkpoints").fetchone()[0]
+    logged = lambda: [int(p.name) for p in work.glob("spark/counting/*/commits/*") if p.name.isdigit()]  # noqa: E731
+    while max(logged(), default=-1) <= committed and time.time() < deadline:
+        time.sleep(0.01)
+    ahead = max(logged(), default=-1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    holder.rollback()
+    holder.close()
+    assert ahead > committed, "Spark never logged a batch before its checkpoint committed"
+    assert committed_epoch(work) == committed
+    assert all(int(name.split("-")[1]) <= committed for name in _output(out))  # nothing uncommitted published
+
+    rerun = _run_job(work, out)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err[-3000:]
+    assert _output(out) == reference  # without running that epoch again, its records would be lost
+    assert f"Spark logged epoch {committed + 1} as done but before its checkpoint committed" in err
 
 
 class FailOnce(KeyedProcessFunction):

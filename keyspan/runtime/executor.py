@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from sqlalchemy.exc import OperationalError
 
@@ -164,6 +165,10 @@ class JobRunner:
         # a stop and the start of an epoch exclude each other: Spark's query.stop() interrupts the thread
         # an epoch's Spark jobs run on, and an epoch interrupted midway can leave the driver waiting forever
         self._epoch_gate = threading.Lock()
+        # an epoch's commit runs while Spark logs the batch and plans the next one; the next epoch (or the
+        # end of the run) waits for it, so tasks always start from the committed checkpoint
+        self._committer: ThreadPoolExecutor | None = None
+        self._committing: Future | None = None
         self.rescaling: dict | None = None  # a live rescale applied, until its first epoch commits
         self.application_id = None  # the Spark application the run's epochs run in (a live rescale keeps it)
         self.on_cluster = False  # a master whose executors may run on other hosts (set with the session)
@@ -248,6 +253,7 @@ class JobRunner:
         after the checkpoint restored."""
         run = self.store.latest_run(self.job_id)
         if not force_new and run and Storage(run["spark_checkpoint"]).exists("") and run["parallelism"] == self.parallelism:
+            self._rewind_spark_log(run, latest_checkpoint)
             self.store.resume_run(run["run_id"])
             return run, False
         run_id = uuid.uuid4().hex[:12]
@@ -257,6 +263,26 @@ class JobRunner:
         self.store.start_run(run_id, self.job_id, self.parallelism, base, spark_dir, restored, self.code_version,
                              self.fingerprint)
         return self.store.latest_run(self.job_id), True
+
+    def _rewind_spark_log(self, run: dict, latest_checkpoint: dict | None) -> None:
+        """Spark logs a batch as done when ``foreachBatch`` returns, and keyspan commits the epoch just
+        after, while Spark plans the next batch: a driver that died in between left Spark's log ahead of
+        the last checkpoint. Spark re-runs only a batch its log does not call done, so the entries after
+        the checkpoint go; Spark then runs those batches again from the offsets it logged."""
+        log_dir = Storage(run["spark_checkpoint"])
+        last = (latest_checkpoint["epoch"] if latest_checkpoint else -1) - run["epoch_base"]  # its batch id
+        ahead = {folder: [int(n) for n in log_dir.list(folder) if n.isdigit() and int(n) > last + keep]
+                 for folder, keep in (("commits", 0), ("offsets", 1))}
+        if not ahead["commits"]:
+            return
+        for folder, batches in ahead.items():
+            for batch in batches:
+                log_dir.delete(f"{folder}/{batch}")
+                if log_dir.exists(f"{folder}/.{batch}.crc"):
+                    log_dir.delete(f"{folder}/.{batch}.crc")
+        epochs = ", ".join(str(b + run["epoch_base"]) for b in sorted(ahead["commits"]))
+        print(f"keyspan: job '{self.job_id}': the driver stopped after Spark logged epoch {epochs} as done but "
+              "before its checkpoint committed; the epoch runs again", file=sys.stderr)
 
     def _finished_before(self) -> bool:
         """A bounded run that finished has nothing left to resume: running the job again starts over."""
@@ -346,6 +372,8 @@ class JobRunner:
         try:
             return self._run()
         finally:
+            if self._committer is not None:
+                self._committer.shutdown()  # a commit under way ends before the claim is released
             self._release()
 
     def _run(self) -> JobExecutionResult:
@@ -428,6 +456,9 @@ class JobRunner:
             while query.isActive:
                 query.awaitTermination(0.2)
                 self.progress.update()
+                if self._commit_failed():  # no epoch runs to report it: stop as a failed epoch would
+                    query.stop()
+                    break
                 if self.control.rescale_requested.is_set() and not bounded:
                     self._wake_now()  # an idle job runs an epoch for the rescale to apply at
                 if self._claim_stop():
@@ -446,6 +477,10 @@ class JobRunner:
             self.progress.done()
             if api is not None:
                 api.close()
+        try:
+            self._await_commit()
+        except BaseException:  # noqa: BLE001 — kept in self.failure
+            pass
         if self.failure is not None and not self.control.stopped:
             self._fail(self.failure)
         if bounded and not self.control.stopped and self._input_end_pending():
@@ -583,6 +618,11 @@ class JobRunner:
     def _stop_with_savepoint(self) -> None:
         request = self.control.stop_request
         self.query.stop()
+        try:
+            self._await_commit()
+        except Exception as exc:  # noqa: BLE001 — the job fails with it (self.failure); no savepoint then
+            request.update(error=f"the last epoch's commit failed: {_summary(exc)}", done=True)
+            return
         if request.get("drain") and self.committed is not None:  # Flink's stop --drain
             try:
                 self._end_of_input()
@@ -632,6 +672,7 @@ class JobRunner:
                 raise RuntimeError(f"job '{self.job_id}' is stopping; epoch left for the next run")
             self._in_epoch = True
         try:
+            waited = self._await_commit()
             request = self.control.take_rescale()
             if request is not None:
                 self._rescale(request)
@@ -639,9 +680,22 @@ class JobRunner:
             if self.committed is not None and epoch <= self.committed["epoch"]:
                 self.progress.skipped += 1
                 return  # replayed by Spark after a crash; this epoch already committed
-            self._process_epoch(batch_df, epoch, self._read_offsets(batch_id))
+            self._process_epoch(batch_df, epoch, self._read_offsets(batch_id), commit_wait=waited)
         finally:
             self._in_epoch = False
+
+    def _await_commit(self) -> float:
+        """Wait for the previous epoch's commit; its failure is raised here. Returns the seconds waited."""
+        pending, self._committing = self._committing, None
+        if pending is None:
+            return 0.0
+        started = time.perf_counter()
+        pending.result()
+        return time.perf_counter() - started
+
+    def _commit_failed(self) -> bool:
+        pending = self._committing
+        return pending is not None and pending.done() and pending.exception() is not None
 
     def _end_of_input(self) -> None:
         """Bounded input that ended without every watermark origin seeing its end (a ``from_spark``
@@ -653,6 +707,7 @@ class JobRunner:
         self.run_info["epoch_base"] += 1
         empty = self.stages.spark.createDataFrame([], self.stream_schema)
         self._process_epoch(empty, self.committed["epoch"] + 1, self.committed["source_offsets"], end_of_input=True)
+        self._await_commit()
 
     def _input_end_pending(self) -> bool:
         if self.committed is None or not self.timers_held or not any(s.plan.keyed for s in self.plan.stages):
@@ -660,9 +715,12 @@ class JobRunner:
         marks = self.committed.get("event_time") or {}
         return any(marks.get(uid, {}).get("wm") != LONG_MAX for uid in self.plan.origins)
 
-    def _process_epoch(self, batch_df, epoch: int, offsets, end_of_input: bool = False) -> None:
+    def _process_epoch(self, batch_df, epoch: int, offsets, end_of_input: bool = False,
+                       commit_wait: float = 0.0) -> None:
+        """Run the epoch's tasks, then hand its commit to the committer thread: Spark logs the batch
+        and plans the next one meanwhile, and the next epoch waits for the commit before it starts."""
         self._in_epoch = True
-        self.observer.epoch_started()
+        self.observer.epoch_started(commit_wait)
         try:
             time_ctx = self._time_context(offsets, end_of_input)
             ctx = self._epoch_context(epoch, time_ctx)
@@ -679,18 +737,22 @@ class JobRunner:
                 "tasks.restore": max((r.restore_ms for r in reports.values()), default=0) / 1000,
                 "tasks.busy": max((r.busy_ms for r in reports.values()), default=0) / 1000,
                 "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000})
-            self._commit(epoch, offsets, reports, driver_rows, time_ctx)
-            self.observer.epoch_done(epoch)
+            if self._committer is None:
+                self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"keyspan-commit-{self.job_id}")
+            self._committing = self._committer.submit(self._commit, epoch, offsets, reports, driver_rows, time_ctx)
         except BaseException as exc:
-            if not isinstance(self.failure, Fenced):  # losing the lease stops the query: that is the cause
-                self.failure = exc
-            if self.rescaling is not None:
-                self.rescaling.update(done=True, error=f"the first epoch at parallelism {self.rescaling['to']} "
-                                                       f"failed: {_summary(exc)}")
-                self.rescaling = None
+            self._epoch_failed(exc)
             raise
         finally:
             self._in_epoch = False
+
+    def _epoch_failed(self, exc: BaseException) -> None:
+        if not isinstance(self.failure, Fenced):  # losing the lease stops the query: that is the cause
+            self.failure = exc
+        if self.rescaling is not None:
+            self.rescaling.update(done=True, error=f"the first epoch at parallelism {self.rescaling['to']} "
+                                                   f"failed: {_summary(exc)}")
+            self.rescaling = None
 
     def _epoch_context(self, epoch: int, time_ctx: TimeContext) -> EpochContext:
         committed = self.committed
@@ -745,6 +807,14 @@ class JobRunner:
         return offsets
 
     def _commit(self, epoch: int, offsets, reports: dict, driver_rows, time_ctx: TimeContext) -> None:
+        try:
+            self._commit_epoch(epoch, offsets, reports, driver_rows, time_ctx)
+            self.observer.epoch_done(epoch)
+        except BaseException as exc:
+            self._epoch_failed(exc)
+            raise
+
+    def _commit_epoch(self, epoch: int, offsets, reports: dict, driver_rows, time_ctx: TimeContext) -> None:
         splits: dict = {}
         for key, report in reports.items():
             if report.restored_bytes and self.progress.epochs == 0:

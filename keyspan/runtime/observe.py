@@ -39,9 +39,11 @@ class JobObserver:
         self.phases: dict = {}
         self._mark = None
 
-    def epoch_started(self) -> None:
+    def epoch_started(self, commit_wait: float = 0.0) -> None:
+        """``commit_wait``: how long the epoch waited for the previous epoch's commit to end (it runs
+        while Spark logs the previous batch): the part of a commit an epoch pays for."""
         self.epoch_start = time.time()
-        self.phases = {"start": self.epoch_start}
+        self.phases = {"start": self.epoch_start, "commit.wait": commit_wait}
         self._mark = time.perf_counter()
 
     def phase(self, name: str, **parts: float) -> None:
