@@ -154,6 +154,22 @@ def test_storage_round_trip_on_s3(s3, s3_calls):
     assert st.list() == []
 
 
+def test_delete_files_deletes_the_named_files_in_one_request_on_s3(s3, s3_calls, tmp_path):
+    """Retention deletes a few state files every epoch: one multi-object delete on S3, no lookups;
+    files already gone are skipped, and nothing else goes (local storage alike)."""
+    p = _prefix()
+    for st in (Storage(f"s3://{s3.bucket}/{p}"), Storage(f"file://{tmp_path}")):
+        for name in ("state/a/1", "state/a/2", "state/b/3", "state/a/10"):
+            st.write(name, b"x")
+        calls = s3_calls(st) if st.is_object_store else []
+        st.delete_files({"state/a/1", "state/b/3", "state/a/gone"})
+        assert [m for m, _ in calls] == (["delete_objects"] if st.is_object_store else [])
+        del calls[:]
+        st.delete_files([])  # nothing to delete: no request
+        assert calls == []
+        assert st.list("state/a") == ["10", "2"] and st.list("state/b") == []
+
+
 def test_storage_options_survive_pickling_without_environment(s3, monkeypatch):
     p = _prefix()
     st = Storage(f"s3://{s3.bucket}/{p}", s3.options).child("job")

@@ -20,7 +20,7 @@ from typing import Callable
 from keyspan.checkpoint.handles import Manifest, TaskReport
 from keyspan.checkpoint.manifest import manifest_paths, next_manifest
 from keyspan.checkpoint.metadata import Lease, MetadataStore
-from keyspan.checkpoint.savepoint import checkpoint_dir, write_checkpoint_metadata
+from keyspan.checkpoint.savepoint import METADATA, checkpoint_dir, write_checkpoint_metadata
 from keyspan.io import serde
 from keyspan.io.storage import Storage
 
@@ -95,11 +95,13 @@ class Retention:
         """Files go only after the commit that stopped listing them: a retained checkpoint never
         references a deleted file, whenever the driver dies."""
         self.window.append((epoch, manifest_paths(manifest)))
+        expired = []
         while len(self.window) > self.retained:
-            dropped, _ = self.window.popleft()
-            self.storage.delete(checkpoint_dir(dropped), recursive=True)  # its _metadata.json
-        for path in doomed:
-            self.storage.delete(path)
+            expired.append(checkpoint_dir(self.window.popleft()[0]))
+        self.storage.delete_files(doomed | {f"{folder}/{METADATA}" for folder in expired})
+        if not self.storage.is_object_store:  # a file system keeps the emptied folders
+            for folder in expired:
+                self.storage.delete(folder, recursive=True)
 
 
 class CheckpointCoordinator:

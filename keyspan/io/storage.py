@@ -379,6 +379,29 @@ class Storage:
 
         self._io("delete", rel, op)
 
+    def delete_files(self, rels) -> None:
+        """Delete files, skipping those already gone, without looking each one up first: an object
+        store deletes them in one request per 1,000 (retention deletes a few files every epoch)."""
+        rels = sorted(rels)
+        if not rels:
+            return
+
+        def op(_attempt):
+            fs, _ = self._resolve()
+            paths = [self.full_path(rel) for rel in rels]
+            if self.is_object_store:
+                fs.rm(paths)  # one multi-object delete; keys already gone are no error
+            else:
+                for path in paths:
+                    try:
+                        fs.rm_file(path)
+                    except FileNotFoundError:
+                        pass
+            for parent in {posixpath.dirname(path) for path in paths}:
+                self._fresh(fs, parent)
+
+        self._io("delete", rels[0] if len(rels) == 1 else f"{rels[0]} and {len(rels) - 1} more", op)
+
     def list(self, rel: str = "") -> list[str]:
         """Names directly under ``rel`` (empty when it does not exist)."""
 
