@@ -31,13 +31,32 @@ def _output(output: Path) -> dict[str, list[str]]:
     return {p.name: sorted(p.read_text().splitlines()) for p in output.iterdir() if p.is_file()}
 
 
-def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_path):
-    clean_out = tmp_path / "clean-out"
-    clean = _run_job(tmp_path / "clean", clean_out, ["--fresh"])
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, list[str]]:
+    """The counting job's output from a run nothing disturbs."""
+    base = tmp_path_factory.mktemp("clean")
+    clean = _run_job(base / "work", base / "out", ["--fresh"])
     _, err = clean.communicate(timeout=300)
     assert clean.returncode == 0, err[-3000:]
-    reference = _output(clean_out)
-    assert len(reference) >= 8
+    output = _output(base / "out")
+    assert len(output) >= 8
+    return output
+
+
+def _hold_metadata_store(work: Path, proc, after_epoch: int = 2) -> tuple[sqlite3.Connection, int]:
+    """Once the job committed ``after_epoch``, take the write lock of its SQLite metadata store from
+    this process: the driver's next commit waits for it. Returns the holding connection and the
+    last epoch committed before it."""
+    deadline = time.time() + 120
+    while committed_epoch(work) < after_epoch and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the job ended before the metadata store could be held"
+    holder = sqlite3.connect(work / "keyspan.db", timeout=30, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder, holder.execute("select max(epoch) from checkpoints").fetchone()[0]
+
+
+def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_path, reference):
 
     seed = crash_seed()
     work, out = tmp_path / "crashy", tmp_path / "crashy-out"
@@ -59,26 +78,15 @@ def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_pat
     assert all(seen[k] == set(range(1, counts[k] + 1)) for k in counts)
 
 
-def test_driver_killed_after_spark_logged_a_batch_whose_checkpoint_had_not_committed(tmp_path):
+def test_driver_killed_after_spark_logged_a_batch_whose_checkpoint_had_not_committed(tmp_path, reference):
     """An epoch's commit runs while Spark logs the batch as done and plans the next one. A second
     process holds the metadata store, so the commit waits; the driver is SIGKILLed once Spark's log
     is ahead of the last checkpoint. The restart runs that epoch again: the output is a clean run's."""
-    clean_out = tmp_path / "clean-out"
-    clean = _run_job(tmp_path / "clean", clean_out, ["--fresh"])
-    _, err = clean.communicate(timeout=300)
-    assert clean.returncode == 0, err[-3000:]
-    reference = _output(clean_out)
-
     work, out = tmp_path / "work", tmp_path / "out"
     proc = _run_job(work, out)
-    deadline = time.time() + 120
-    while committed_epoch(work) < 2 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the job ended before the metadata store could be held"
-    holder = sqlite3.connect(work / "keyspan.db", timeout=30, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")  # the driver's next commit waits for this process
-    committed = holder.execute("select max(epoch) from checkpoints").fetchone()[0]
+    holder, committed = _hold_metadata_store(work, proc)
     logged = lambda: [int(p.name) for p in work.glob("spark/counting/*/commits/*") if p.name.isdigit()]  # noqa: E731
+    deadline = time.time() + 60
     while max(logged(), default=-1) <= committed and time.time() < deadline:
         time.sleep(0.01)
     ahead = max(logged(), default=-1)

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -350,7 +351,7 @@ class MetadataStore:
         with self.engine.begin() as c:
             if fence is not None:
                 fence.renew_in(c)
-            c.execute(insert(checkpoints).values(**values))
+            c.execute(_INSERT_CHECKPOINT, values)  # values as parameters: the statement compiles once
             if also is not None:
                 also(c)
             if discard:
@@ -442,8 +443,8 @@ class Lease:
 
     def renew_in(self, conn) -> None:
         now = time.time()
-        done = conn.execute(update(leases).where((leases.c.job_id == self.job_id) & (leases.c.token == self.token))
-                            .values(heartbeat=now, expires_at=now + self.duration))
+        done = conn.execute(_RENEW_LEASE, dict(lease_job=self.job_id, lease_token=self.token, heartbeat=now,
+                                               expires_at=now + self.duration))
         if done.rowcount != 1:
             holder = conn.execute(select(leases).where(leases.c.job_id == self.job_id)).mappings().first()
             who = f"driver pid {holder['pid']} on host {holder['host']}" if holder else "another driver"
@@ -460,6 +461,12 @@ class Lease:
         with self.store.engine.begin() as c:
             c.execute(update(leases).where((leases.c.job_id == self.job_id) & (leases.c.token == self.token))
                       .values(expires_at=0.0))
+
+
+# statements of every epoch's commit, built once: SQLAlchemy then skips rebuilding and compiling them
+_INSERT_CHECKPOINT = insert(checkpoints)
+_RENEW_LEASE = update(leases).where((leases.c.job_id == bindparam("lease_job")) &
+                                    (leases.c.token == bindparam("lease_token")))
 
 
 def _claim_void(row, host: str, pid: int) -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, Text, delete, insert, select
+from sqlalchemy import (BigInteger, Column, Float, Integer, MetaData, String, Table, Text, bindparam, delete,
+                        insert, select)
 
 from keyspan.checkpoint.handles import is_catch_up
 
@@ -50,6 +51,10 @@ rescales = Table(
 )
 
 _READY: set[int] = set()
+# the statements every epoch's commit runs, built once (SQLAlchemy then neither rebuilds nor compiles them)
+_DELETE_STATS = delete(checkpoint_stats).where((checkpoint_stats.c.job_id == bindparam("stats_job")) &
+                                               (checkpoint_stats.c.epoch == bindparam("stats_epoch")))
+_INSERT_STATS = insert(checkpoint_stats)
 
 
 def _engine(store):
@@ -73,11 +78,10 @@ def checkpoint_recorder(store, job_id: str, epoch: int, started_at: float, ended
     _engine(store)  # the tables exist before the transaction
 
     def record(c) -> None:
-        c.execute(delete(checkpoint_stats).where((checkpoint_stats.c.job_id == job_id) &
-                                                 (checkpoint_stats.c.epoch == epoch)))
-        c.execute(insert(checkpoint_stats).values(
-            job_id=job_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
-            duration_ms=(ended_at - started_at) * 1000, bytes_written=bytes_written, full_size=full_size))
+        c.execute(_DELETE_STATS, dict(stats_job=job_id, stats_epoch=epoch))
+        c.execute(_INSERT_STATS, dict(job_id=job_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
+                                      duration_ms=(ended_at - started_at) * 1000, bytes_written=bytes_written,
+                                      full_size=full_size))
 
     return record
 

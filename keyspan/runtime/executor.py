@@ -169,6 +169,7 @@ class JobRunner:
         # end of the run) waits for it, so tasks always start from the committed checkpoint
         self._committer: ThreadPoolExecutor | None = None
         self._committing: Future | None = None
+        self.commit_error: BaseException | None = None
         self.rescaling: dict | None = None  # a live rescale applied, until its first epoch commits
         self.application_id = None  # the Spark application the run's epochs run in (a live rescale keeps it)
         self.on_cluster = False  # a master whose executors may run on other hosts (set with the session)
@@ -481,8 +482,8 @@ class JobRunner:
             self._await_commit()
         except BaseException:  # noqa: BLE001 — kept in self.failure
             pass
-        if self.failure is not None and not self.control.stopped:
-            self._fail(self.failure)
+        if self.failure is not None and (not self.control.stopped or self.commit_error is not None):
+            self._fail(self.failure)  # a failed commit fails the job even when it was stopping
         if bounded and not self.control.stopped and self._input_end_pending():
             try:
                 self._end_of_input()
@@ -811,6 +812,7 @@ class JobRunner:
             self._commit_epoch(epoch, offsets, reports, driver_rows, time_ctx)
             self.observer.epoch_done(epoch)
         except BaseException as exc:
+            self.commit_error = exc
             self._epoch_failed(exc)
             raise
 
