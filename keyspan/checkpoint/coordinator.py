@@ -98,10 +98,12 @@ class Retention:
         expired = []
         while len(self.window) > self.retained:
             expired.append(checkpoint_dir(self.window.popleft()[0]))
-        self.storage.delete_files(doomed | {f"{folder}/{METADATA}" for folder in expired})
-        if not self.storage.is_object_store:  # a file system keeps the emptied folders
-            for folder in expired:
-                self.storage.delete(folder, recursive=True)
+        if self.storage.is_object_store:  # a folder is a key prefix: its _metadata.json goes in the same request
+            self.storage.delete_files(doomed | {f"{folder}/{METADATA}" for folder in expired})
+            return
+        self.storage.delete_files(doomed)
+        for folder in expired:
+            self.storage.delete(folder, recursive=True)
 
 
 class CheckpointCoordinator:

@@ -169,7 +169,7 @@ class JobRunner:
         # end of the run) waits for it, so tasks always start from the committed checkpoint
         self._committer: ThreadPoolExecutor | None = None
         self._committing: Future | None = None
-        self.commit_error: BaseException | None = None
+        self._commit_error: BaseException | None = None
         self.rescaling: dict | None = None  # a live rescale applied, until its first epoch commits
         self.application_id = None  # the Spark application the run's epochs run in (a live rescale keeps it)
         self.on_cluster = False  # a master whose executors may run on other hosts (set with the session)
@@ -276,11 +276,8 @@ class JobRunner:
                  for folder, keep in (("commits", 0), ("offsets", 1))}
         if not ahead["commits"]:
             return
-        for folder, batches in ahead.items():
-            for batch in batches:
-                log_dir.delete(f"{folder}/{batch}")
-                if log_dir.exists(f"{folder}/.{batch}.crc"):
-                    log_dir.delete(f"{folder}/.{batch}.crc")
+        log_dir.delete_files(f"{folder}/{name}" for folder, batches in ahead.items() for batch in batches
+                             for name in (batch, f".{batch}.crc"))  # Hadoop's checksum beside it, if any
         epochs = ", ".join(str(b + run["epoch_base"]) for b in sorted(ahead["commits"]))
         print(f"keyspan: job '{self.job_id}': the driver stopped after Spark logged epoch {epochs} as done but "
               "before its checkpoint committed; the epoch runs again", file=sys.stderr)
@@ -482,7 +479,7 @@ class JobRunner:
             self._await_commit()
         except BaseException:  # noqa: BLE001 — kept in self.failure
             pass
-        if self.failure is not None and (not self.control.stopped or self.commit_error is not None):
+        if self.failure is not None and (not self.control.stopped or self._commit_error is not None):
             self._fail(self.failure)  # a failed commit fails the job even when it was stopping
         if bounded and not self.control.stopped and self._input_end_pending():
             try:
@@ -812,7 +809,7 @@ class JobRunner:
             self._commit_epoch(epoch, offsets, reports, driver_rows, time_ctx)
             self.observer.epoch_done(epoch)
         except BaseException as exc:
-            self.commit_error = exc
+            self._commit_error = exc
             self._epoch_failed(exc)
             raise
 
