@@ -44,16 +44,24 @@ def reference(tmp_path_factory) -> dict[str, list[str]]:
 
 
 def _hold_metadata_store(work: Path, proc, after_epoch: int = 2) -> tuple[sqlite3.Connection, int]:
-    """Once the job committed ``after_epoch``, take the write lock of its SQLite metadata store from
-    this process: the driver's next commit waits for it. Returns the holding connection and the
-    last epoch committed before it."""
+    """Once the job committed and published ``after_epoch`` or later, take the write lock of its SQLite
+    metadata store from this process: the driver's next commit waits for it. The lock is taken only
+    between commits (the newest checkpoint marked published, the committer's last write), so the
+    commit it blocks is the next epoch's. Returns the holding connection and the last epoch
+    committed before it."""
     deadline = time.time() + 120
     while committed_epoch(work) < after_epoch and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    assert proc.poll() is None, "the job ended before the metadata store could be held"
     holder = sqlite3.connect(work / "keyspan.db", timeout=30, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    return holder, holder.execute("select max(epoch) from checkpoints").fetchone()[0]
+    while proc.poll() is None and time.time() < deadline:
+        holder.execute("BEGIN EXCLUSIVE")
+        epoch, published = holder.execute(
+            "select epoch, published from checkpoints order by epoch desc limit 1").fetchone()
+        if published:
+            return holder, epoch
+        holder.execute("ROLLBACK")  # the committer is between the commit and its publishing: let it finish
+        time.sleep(0.005)
+    raise AssertionError("the job ended (or stalled) before the metadata store could be held between commits")
 
 
 def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_path, reference):
