@@ -1,7 +1,7 @@
 """End-to-end latency of a keyed running sum, event landed → its result delivered after its
 checkpoint committed, and where each epoch's time goes.
 
-    python bench/latency.py [--intervals 100 1000 5000] [--rate 2000] [--file-every-ms 100] [--seconds 20]
+    python bench/latency.py [--intervals 100 1000 5000] [--rate 2000] [--file-every-ms 100] [--seconds 20] [--floor]
 
 For each trigger interval a fresh unbounded job: ``FileSource.monitor_continuously()`` over JSON
 lines → ``key_by(key)`` → a ``KeyedProcessFunction`` with ``ValueState`` (running sum) → a driver
@@ -134,6 +134,32 @@ def breakdown(r: dict) -> str:
             f"is {share:.0%} of an epoch")
 
 
+def _identity(batches):
+    yield from batches
+
+
+def spark_floor(spark, rows: int, repeats: int = 60) -> dict:
+    """What Spark itself takes, warm, for an epoch's shape with no keyspan in it: the same rows through
+    a JVM-only exchange, through one Python ``mapInArrow`` stage, and through two with an exchange
+    between them (keyspan's source stage, key-group exchange and keyed stage). Median of the last half."""
+    df = spark.range(rows, numPartitions=2).selectExpr("id", "cast(id % 2 as int) as sub")
+    shapes = {
+        "JVM only, with an exchange": lambda: df.repartition(2, "sub").collect(),
+        "one Python stage": lambda: df.mapInArrow(_identity, df.schema).collect(),
+        "two Python stages and an exchange": lambda: df.mapInArrow(_identity, df.schema).repartitionById(2, "sub")
+        .mapInArrow(_identity, df.schema).collect(),
+    }
+    floor = {}
+    for name, job in shapes.items():
+        took = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            job()
+            took.append(time.perf_counter() - started)
+        floor[name] = statistics.median(took[repeats // 2:]) * 1000
+    return floor
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--intervals", type=int, nargs="+", default=[100, 1000, 5000])
@@ -142,6 +168,8 @@ def main():
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=20, help="measured span per interval")
     ap.add_argument("--warmup", type=float, default=5)
+    ap.add_argument("--floor", action="store_true",
+                    help="then time Spark alone on an epoch's shape (same rows, no keyspan) and compare")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="keyspan-latency-")
     try:
@@ -153,6 +181,14 @@ def main():
             r = run(spark, interval, args, work)
             print(f"trigger {interval:>5} ms: event landed -> result {pct(r['latency'])}  "
                   f"({r['events']:,} events, {r['missing']} not delivered)\n{breakdown(r)}", flush=True)
+            tasks = statistics.median(p["tasks"] for p in r["phases"]) * 1000 if r["phases"] else float("nan")
+            rows = max(1, r["events"] // max(1, len(r["phases"])))  # an epoch's records at the last trigger
+        if args.floor:
+            floor = spark_floor(spark, rows)
+            print(f"Spark alone on an epoch's shape ({rows:,} rows, warm, median ms): "
+                  + "; ".join(f"{name} {ms:.0f}" for name, ms in floor.items())
+                  + f"\n    keyspan's tasks at the last trigger took {tasks:.0f} ms: "
+                  f"{tasks / floor['two Python stages and an exchange']:.2f}x Spark alone on the same shape", flush=True)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
