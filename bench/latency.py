@@ -181,9 +181,9 @@ def main():
             r = run(spark, interval, args, work)
             print(f"trigger {interval:>5} ms: event landed -> result {pct(r['latency'])}  "
                   f"({r['events']:,} events, {r['missing']} not delivered)\n{breakdown(r)}", flush=True)
+        if args.floor:  # against the last trigger's epochs
             tasks = statistics.median(p["tasks"] for p in r["phases"]) * 1000 if r["phases"] else float("nan")
-            rows = max(1, r["events"] // max(1, len(r["phases"])))  # an epoch's records at the last trigger
-        if args.floor:
+            rows = max(1, r["events"] // max(1, len(r["phases"])))  # an epoch's records
             floor = spark_floor(spark, rows)
             print(f"Spark alone on an epoch's shape ({rows:,} rows, warm, median ms): "
                   + "; ".join(f"{name} {ms:.0f}" for name, ms in floor.items())
