@@ -4,10 +4,13 @@ the ``TaskReport``, belongs to the checkpoint vocabulary (``keyspan.checkpoint.h
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+from keyspan.io import serde
 
 OUTPUT_SCHEMA = pa.schema([("_ks_exit", pa.int32()), ("_ks_sub", pa.int32()), ("_ks_ctl", pa.binary()),
                            ("payload", pa.binary())])
@@ -16,6 +19,7 @@ CONTROL_EXIT = -2  # a terminal task's pickled TaskReport
 FLUSH_RECORDS = 16384  # records an exit buffers before they leave as chunks
 BROADCAST_CHUNK = "broadcast"  # in place of the key groups: an exchange chunk of a broadcast input
 RECORD_PREVIEW = 300  # characters of a failing record shown in the error
+EPOCH_CONTEXT_PROPERTY = "keyspan.epoch.context"  # the Spark local property that carries an epoch's EpochContext
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,8 @@ class TimeContext:
 
 @dataclass(frozen=True)
 class EpochContext:
-    """Everything a task of one epoch is told by the driver (pickled into every stage function)."""
+    """Everything a task of one epoch is told by the driver. It travels as a Spark local property of the
+    epoch's jobs (``EPOCH_CONTEXT_PROPERTY``), so a stage's function is built once per plan."""
 
     run_id: str
     epoch: int
@@ -46,6 +51,16 @@ class EpochContext:
     job_parameters: dict = field(default_factory=dict)
     recent_tokens: dict[int, dict[str, str]] = field(default_factory=dict)  # epoch → committed tokens of the
     # run's last few epochs before ``committed_epoch``: a worker cache parked after one of them confirms by them
+
+
+def encode_context(ctx: EpochContext) -> str:
+    """A local property is a string: the context pickled (cloudpickle: job parameters are the user's),
+    in base64."""
+    return base64.b64encode(serde.dumps_function(ctx)).decode("ascii")
+
+
+def decode_context(text: str) -> EpochContext:
+    return serde.loads(base64.b64decode(text))
 
 
 class UserFunctionError(RuntimeError):

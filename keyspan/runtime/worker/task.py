@@ -28,9 +28,11 @@ from keyspan.runtime.protocol import (
     BROADCAST_CHUNK,
     CONTROL_EXIT,
     DRIVER_EXIT,
+    EPOCH_CONTEXT_PROPERTY,
     FLUSH_RECORDS,
     OUTPUT_SCHEMA,
     EpochContext,
+    decode_context,
     user_error,
 )
 from keyspan.runtime.worker import instances, state_io
@@ -41,8 +43,9 @@ from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
 _PLANS: dict[str, StagePlan] = {}
 
 
-def make_stage_function(plan_bytes: bytes, digest: str, ctx: EpochContext):
-    """The function given to ``mapInArrow``; the plan travels as bytes and is unpickled once per worker."""
+def make_stage_function(plan_bytes: bytes, digest: str):
+    """The function given to ``mapInArrow``, built once per plan; the plan travels as bytes and is
+    unpickled once per worker, the epoch's context comes with each task (a Spark local property)."""
 
     def run(batches):
         plan = _PLANS.get(digest)
@@ -51,8 +54,13 @@ def make_stage_function(plan_bytes: bytes, digest: str, ctx: EpochContext):
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        attempt = tc.attemptNumber() if tc else 0
-        subtask = tc.partitionId() if tc else 0
+        encoded = tc.getLocalProperty(EPOCH_CONTEXT_PROPERTY)
+        if encoded is None:
+            raise RuntimeError(f"a task of stage {plan.stage_id} ran without its epoch's context: it must run in "
+                               f"a Spark job started by the keyspan driver, which sets '{EPOCH_CONTEXT_PROPERTY}'")
+        ctx = decode_context(encoded)
+        attempt = tc.attemptNumber()
+        subtask = tc.partitionId()
         if plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
             # A partition id is not the subtask once Spark unions stage outputs; every partition of an
             # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
