@@ -132,7 +132,7 @@ class SparkStages:
     def _map_in_arrow(self, df, stage_id: int):
         """``df.mapInArrow(stage function)`` with the function created on the JVM once per plan. PySpark's
         own ``mapInArrow`` wraps its function in a new UDF at every call and passes it each column as
-        a resolved ``Column``, one py4j round trip each: ~20 ms per stage and epoch. This builds the same
+        a resolved ``Column``, one py4j round trip each: ~15–20 ms per stage and epoch. This builds the same
         plan node (PySpark 4.3's ``DataFrame.mapInArrow``) from a UDF column kept across epochs, whose
         arguments are the stage input's columns by name, resolved again in each epoch's plan (a stage's
         input columns are fixed by the plan; the optimizer keeps exactly the columns a UDF names)."""
