@@ -148,7 +148,7 @@ class SparkStages:
                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
             names = [F.col("`" + c.replace("`", "``") + "`") for c in df.columns]
             column = self._functions[stage_id] = udf(*names)._jc
-        return DataFrame(df._jdf.mapInArrow(column, False, None), self.spark)
+        return DataFrame(df._jdf.mapInArrow(column, False, None), df.sparkSession)
 
     # -- one epoch ------------------------------------------------------------------------------------
     def run(self, batch_df, ctx: EpochContext) -> EpochRows:
