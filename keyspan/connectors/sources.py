@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from keyspan.io.storage import Storage
+from keyspan.common import garbage
 from keyspan.common.typeinfo import RowTypeInfo
 from keyspan.common.types import Row, packed_rows
 from keyspan.io import serde
@@ -279,7 +280,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_Partition(p) for p in self.reader.partitions(start, end, self.parallelism)]
 
     def read(self, partition):
-        return self.reader.read(partition.value)
+        with garbage.streaming_records():
+            yield from self.reader.read(partition.value)
 
     def commit(self, end):
         pass

@@ -17,6 +17,7 @@ import uuid
 import pyarrow as pa
 
 from keyspan.checkpoint.handles import TaskReport
+from keyspan.common import garbage
 from keyspan.common.clock import wall_clock_ms
 from keyspan.common.types import named_row_class, packed_rows
 from keyspan.datastream.functions import TimeDomain
@@ -138,10 +139,11 @@ class StageTask(OperatorChain):
     def run(self, batches):
         self.busy_s = 0.0
         try:
-            metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)
-            self._build()
-            yield from self._consume(batches)
-            yield from self._finish()
+            with garbage.streaming_records():
+                metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)
+                self._build()
+                yield from self._consume(batches)
+                yield from self._finish()
         except BaseException:
             for inst in self.instances:
                 inst.rollback()

@@ -1,0 +1,94 @@
+"""Python's cyclic garbage collector while workers stream records (keyspan.common.garbage): tasks and
+source readers run with the worker's earlier objects frozen and rarer young collections; cycles are
+still collected, and Python's own settings come back however the task ends."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from keyspan.common import garbage
+from keyspan.connectors.sources import SourceReader, _Partition, _StreamReader
+from keyspan.datastream import MapFunction
+
+
+class _Node:
+    def __init__(self):
+        self.me = self  # a reference cycle: only the cyclic collector can free it
+
+
+def test_settings_apply_while_records_stream_and_come_back_after():
+    before = gc.get_threshold()
+    with garbage.streaming_records():
+        assert gc.get_threshold()[0] == garbage.YOUNG_COLLECTION_EVERY
+        assert gc.get_threshold()[1:] == before[1:]
+        assert gc.get_freeze_count() > 0  # what existed before is left out of collections
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_failing_task_restores_the_settings():
+    before = gc.get_threshold()
+    with pytest.raises(ValueError):
+        with garbage.streaming_records():
+            raise ValueError("a user function failed")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_interleaved_tasks_restore_the_settings_when_the_last_one_ends():
+    before = gc.get_threshold()
+
+    def task():
+        with garbage.streaming_records():
+            yield
+
+    first, second = task(), task()
+    next(first)
+    next(second)
+    for rest in (first, second):  # the first to start ends first: the second still streams
+        assert gc.get_threshold()[0] == garbage.YOUNG_COLLECTION_EVERY
+        next(rest, None)  # runs to its end
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_cycles_made_while_records_stream_are_still_collected():
+    with garbage.streaming_records():
+        cycle = weakref.ref(_Node())
+        assert cycle() is not None  # garbage, but only a collection can free it
+        kept = []
+        for _ in range(3 * garbage.YOUNG_COLLECTION_EVERY):  # live containers past the young threshold
+            kept.append([])
+            if cycle() is None:
+                break
+        assert cycle() is None
+
+
+class _CollectorSettings(MapFunction):
+    def map(self, value):
+        return value, gc.get_threshold()[0], gc.get_freeze_count() > 0
+
+
+def test_a_jobs_tasks_run_with_the_streaming_settings(env):
+    out = env.from_collection(list(range(5))).map(_CollectorSettings()).execute_and_collect(limit=10)
+    assert sorted(v for v, _, _ in out) == list(range(5))
+    assert {(threshold, frozen) for _, threshold, frozen in out} == {(garbage.YOUNG_COLLECTION_EVERY, True)}
+
+
+class _SettingsReader(SourceReader):
+    """Reports, for each batch it reads, the collector's young threshold at that moment."""
+
+    def read(self, partition):
+        for _ in range(partition):
+            yield gc.get_threshold()[0]
+
+
+def test_a_source_reads_with_the_streaming_settings():
+    """Spark's Python data source calls ``_StreamReader.read`` in a worker of its own for each partition."""
+    before = gc.get_threshold()
+    reader = _StreamReader(_SettingsReader(), {"parallelism": "1"})
+    assert list(reader.read(_Partition(3))) == [garbage.YOUNG_COLLECTION_EVERY] * 3
+    assert gc.get_threshold() == before
