@@ -31,7 +31,7 @@ import sys
 import time
 
 from keyspan.common import Configuration, JobStatus
-from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch, split_range
+from keyspan.connectors.sources import KeyspanSource, SourceReader, split_range
 from keyspan.datastream import KeyedProcessFunction, SinkFunction, StreamExecutionEnvironment
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.runtime import options as run_options
@@ -82,7 +82,7 @@ class FeedReader(SourceReader):
 
     def read(self, partition):
         lo, hi = partition
-        yield chunk_batch([impression(i, self.campaigns) for i in range(lo, hi)])
+        yield [impression(i, self.campaigns) for i in range(lo, hi)]
 
 
 class ImpressionFeed(KeyspanSource):

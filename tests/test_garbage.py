@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 from keyspan.common import garbage
-from keyspan.connectors.sources import SourceReader, _Partition, _StreamReader
+from keyspan.connectors.sources import IndexedReader, KeyspanSource
 from keyspan.datastream import MapFunction
 
 
@@ -78,17 +78,26 @@ def test_a_jobs_tasks_run_with_the_streaming_settings(env):
     assert {(threshold, frozen) for _, threshold, frozen in out} == {(garbage.YOUNG_COLLECTION_EVERY, True)}
 
 
-class _SettingsReader(SourceReader):
-    """Reports, for each batch it reads, the collector's young threshold at that moment."""
+class _SettingsReader(IndexedReader):
+    """Reads, for each of its records, the collector's settings at the moment it reads it."""
 
     def read(self, partition):
-        for _ in range(partition):
-            yield gc.get_threshold()[0]
+        lo, hi = partition
+        yield [(i, gc.get_threshold()[0], gc.get_freeze_count() > 0) for i in range(lo, hi)]
 
 
-def test_a_source_reads_with_the_streaming_settings():
-    """Spark's Python data source calls ``_StreamReader.read`` in a worker of its own for each partition."""
-    before = gc.get_threshold()
-    reader = _StreamReader(_SettingsReader(), {"parallelism": "1"})
-    assert list(reader.read(_Partition(3))) == [garbage.YOUNG_COLLECTION_EVERY] * 3
-    assert gc.get_threshold() == before
+class _SettingsSource(KeyspanSource):
+    name = "Collector Settings"
+
+    def fingerprint(self):
+        return "collector-settings"
+
+    def reader(self, storage, uid):
+        return _SettingsReader(4)
+
+
+def test_a_source_reads_with_the_streaming_settings(env):
+    """A source's stage reads its input partitions in its own tasks, under the same settings."""
+    out = env.from_source(_SettingsSource(), source_name="settings").execute_and_collect(limit=10)
+    assert sorted(i for i, _, _ in out) == list(range(4))
+    assert {(threshold, frozen) for _, threshold, frozen in out} == {(garbage.YOUNG_COLLECTION_EVERY, True)}

@@ -1,4 +1,4 @@
-from keyspan.datastream import KeyedProcessFunction
+from keyspan.datastream import KeyedProcessFunction, MapFunction
 from keyspan.datastream.state import ValueStateDescriptor
 
 
@@ -34,3 +34,44 @@ def test_spark_offset_log_is_written_without_checksum_files(env, workdir, spark)
     assert len([p for p in logs if not p.name.startswith(".")]) >= 4, logs  # two batches, both logs
     assert not [p for p in logs if p.name.endswith(".crc")]
     assert spark.conf.get("fs.AbstractFileSystem.file.impl", None) is None
+
+
+def test_a_spark_source_and_a_keyspan_source_in_one_job(env, spark, workdir):
+    """A keyspan source's stage reads its input partitions itself while a from_spark source in the same
+    job comes through Spark's stream: each record arrives once, over several epochs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = workdir / "parquet"
+    folder.mkdir()
+    pq.write_table(pa.table({"key": ["a", "b", "a"], "value": [100, 200, 300]}), str(folder / "part-0.parquet"))
+    env.set_max_records_per_epoch(2)
+    from_spark = env.from_spark(spark.readStream.schema("key string, value long").parquet(str(folder)),
+                                bounded=True).map(lambda r: (r.key, r.value))
+    data = [(f"{'ab'[i % 2]}", i) for i in range(7)]
+    result = env.from_collection(data).union(from_spark).key_by(lambda r: r[0]).process(RunningSum()) \
+        .execute_and_collect(limit=1000)
+    finals = {}
+    for key, total in result:
+        finals[key] = max(finals.get(key, 0), total)
+    assert finals == {"a": 0 + 2 + 4 + 6 + 100 + 300, "b": 1 + 3 + 5 + 200}
+    assert len(result) == len(data) + 3
+
+
+class _WithSubtask(MapFunction):
+    def open(self, runtime_context):
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def map(self, value):
+        return value, self.subtask
+
+
+def test_each_source_task_knows_its_subtask_when_sources_are_unioned(env):
+    """Spark numbers the tasks of unioned stages one after the other; every source's tasks are still
+    its subtasks 0..p-1, each reading its own part of the epoch's input."""
+    first = env.from_collection(list(range(10))).map(_WithSubtask())
+    second = env.from_collection(list(range(100, 110))).map(_WithSubtask())
+    out = first.union(second).execute_and_collect(limit=100)
+    assert sorted(v for v, _ in out) == list(range(10)) + list(range(100, 110))
+    for values in (range(10), range(100, 110)):
+        assert {s for v, s in out if v in values} == {0, 1}

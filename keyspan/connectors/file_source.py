@@ -19,7 +19,7 @@ from keyspan.io.storage import Storage
 from keyspan.common.types import Row
 from keyspan.common.serialization import ParseError
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.sources import KeyspanSource, SourceReader, chunk_batch, split_range
+from keyspan.connectors.sources import KeyspanSource, SourceReader, split_range
 
 
 class StreamFormat:
@@ -188,7 +188,7 @@ class FileReader(SourceReader):
         first, stop = partition
         for index in range(first, stop):
             name = listing[index]
-            yield chunk_batch(self.fmt.parse(self.storage.read(name), self.storage.url(name), self.poison))
+            yield self.fmt.parse(self.storage.read(name), self.storage.url(name), self.poison)
 
 
 class FileSource(KeyspanSource):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from keyspan.connectors.sources import IndexedReader, KeyspanSource, chunk_batch
+from keyspan.connectors.sources import IndexedReader, KeyspanSource
 
-_BATCH = 65536  # numbers per Arrow batch a task yields
+_BATCH = 65536  # numbers per chunk a task yields
 
 
 class NumberSequenceReader(IndexedReader):
@@ -15,7 +15,7 @@ class NumberSequenceReader(IndexedReader):
     def read(self, partition):
         lo, hi = partition
         for first in range(lo, hi, _BATCH):
-            yield chunk_batch(list(range(self.start + first, self.start + min(hi, first + _BATCH))))
+            yield list(range(self.start + first, self.start + min(hi, first + _BATCH)))
 
 
 class NumberSequenceSource(KeyspanSource):

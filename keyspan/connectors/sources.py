@@ -1,16 +1,18 @@
-"""Sources. keyspan's own sources are read through one Spark Python streaming data source
-("keyspan") whose offsets are plain JSON positions, so an epoch's input is replayable from the
-offsets a checkpoint records; ``from_spark`` wraps any Spark streaming DataFrame instead."""
+"""Sources. keyspan's own sources advance through one Spark Python streaming data source ("keyspan")
+whose offsets are plain JSON positions, so an epoch's input is replayable from the offsets a
+checkpoint records. Spark only keeps their offsets: each epoch, the driver plans the input
+partitions between two offsets and the source's stage reads them in its own tasks (``read_chunks``),
+so records never pass through a data source worker and the JVM before the stage sees them.
+``from_spark`` wraps any Spark streaming DataFrame instead."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import cloudpickle
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadMaxFiles,
@@ -19,28 +21,35 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from keyspan.io.storage import Storage
-from keyspan.common import garbage
 from keyspan.common.typeinfo import RowTypeInfo
-from keyspan.common.types import Row, packed_rows
+from keyspan.common.types import Row
 from keyspan.io import serde
 
-CHUNK = 4096
+CHUNK = 4096  # records a source stage pushes through its chain between checks of its output buffers
 TICK = "tick"  # an offset field that only advances to make Spark run an epoch without new records
-PAYLOAD_SCHEMA = "payload binary"
-_ARROW_SCHEMA = pa.schema([("payload", pa.binary())])
+PAYLOAD_SCHEMA = "payload binary"  # the offset stream's schema: Spark never reads its rows (``_StreamReader.read``)
 
 
-def chunk_batch(records: list, stamps: list | None = None, split: str | None = None) -> pa.RecordBatch:
-    """Records travel as pickled chunks: one Arrow row per ≤CHUNK records (one C-speed pickle call).
-    A source whose records carry event timestamps (Kafka) sends ``(records, stamps, split)`` tuples:
-    ``split`` names the split all of them come from (a Kafka partition), which then has its own
-    watermark (``SourceReader.splits``)."""
-    if stamps is None:
-        payloads = [serde.dumps(packed_rows(records[i : i + CHUNK])) for i in range(0, len(records), CHUNK)]
-    else:
-        payloads = [serde.dumps((packed_rows(records[i : i + CHUNK]), stamps[i : i + CHUNK], split))
-                    for i in range(0, len(records), CHUNK)]
-    return pa.RecordBatch.from_arrays([pa.array(payloads, pa.binary())], schema=_ARROW_SCHEMA)
+class SplitChunk(NamedTuple):
+    """Records of one split (a Kafka partition) with the event timestamps the source gave them: the
+    split then has its own watermark (``SourceReader.splits``)."""
+
+    records: list
+    stamps: list
+    split: str
+
+
+def read_chunks(reader: "SourceReader", partition) -> Iterator:
+    """The records of one input partition as a source stage consumes them: lists, or ``SplitChunk``s,
+    of at most ``CHUNK`` records each."""
+    for chunk in reader.read(partition):
+        if type(chunk) is SplitChunk:
+            records, stamps, split = chunk
+            for i in range(0, len(records), CHUNK):
+                yield SplitChunk(records[i:i + CHUNK], stamps[i:i + CHUNK], split)
+        else:
+            for i in range(0, len(chunk), CHUNK):
+                yield chunk[i:i + CHUNK]
 
 
 class SourceRecordError(ValueError):
@@ -72,7 +81,8 @@ class SourceReader:
     def partitions(self, start: dict, end: dict, parallelism: int) -> list:
         raise NotImplementedError
 
-    def read(self, partition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition) -> Iterator:
+        """The records of one partition, in chunks: lists of records, or ``SplitChunk``s."""
         raise NotImplementedError
 
     def backlog(self, offset: dict | None) -> int | None:
@@ -85,7 +95,7 @@ class SourceReader:
 
     def splits(self, offset: dict | None) -> list[str] | None:
         """The names of the splits the source reads in the epoch that ends at ``offset``, when its
-        chunks name their split (``chunk_batch(..., split=)``) so each gets its own watermark; None:
+        chunks name their split (``SplitChunk``) so each gets its own watermark; None:
         the source is one split."""
         return None
 
@@ -151,7 +161,7 @@ class CollectionReader(IndexedReader):
     def read(self, partition):
         records = _load_cached(self.storage, self.path)
         lo, hi = partition
-        yield chunk_batch(records[lo:hi])
+        yield records[lo:hi]
 
 
 _LOADED: dict[str, list] = {}
@@ -225,14 +235,9 @@ class KeyspanDataSource(DataSource):
         return _StreamReader(_decode_reader(self.options), dict(self.options))
 
 
-class _Partition(InputPartition):
-    pass
-
-
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, reader: SourceReader, options: dict):
         self.reader = reader
-        self.parallelism = int(options.get("parallelism", "1"))
         self.max_records = int(options["max_records"]) if options.get("max_records") else None
         self.start = _json_option(options.get("start_offset"))
         self.wake_file = options.get("wake_file")
@@ -277,11 +282,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Bounded sources never read past their end, so there is no target to record."""
 
     def partitions(self, start, end):
-        return [_Partition(p) for p in self.reader.partitions(start, end, self.parallelism)]
+        """None for Spark to read: the driver plans the epoch's input partitions between the same offsets
+        (``SparkStages.input_partitions``) and the source's stage reads them."""
+        return []
 
     def read(self, partition):
-        with garbage.streaming_records():
-            yield from self.reader.read(partition.value)
+        raise RuntimeError("keyspan reads its sources in the source stages of each epoch; this stream only "
+                           "advances their offsets, and its rows are not meant to be read")
 
     def commit(self, end):
         pass
@@ -319,13 +326,12 @@ def register_data_source(spark) -> None:
         _REGISTERED.add(id(spark))
 
 
-def source_dataframe(spark, reader: SourceReader, parallelism: int, max_records: int | None,
-                     start_offset: dict | None, wake_file: str | None = None, replay_ends: list | None = None):
+def source_dataframe(spark, reader: SourceReader, max_records: int | None, start_offset: dict | None,
+                     wake_file: str | None = None, replay_ends: list | None = None):
     import json
 
     register_data_source(spark)
-    r = spark.readStream.format("keyspan").option("reader", encode_reader(reader)).option(
-        "parallelism", str(parallelism))
+    r = spark.readStream.format("keyspan").option("reader", encode_reader(reader))
     if wake_file:
         r = r.option("wake_file", wake_file)
     if max_records:

@@ -161,6 +161,7 @@ class JobRunner:
         self.observer: JobObserver | None = None
         self.query = None
         self.stream_schema = None  # the source stream's schema: an epoch without records is built from it
+        self._logged_end = None  # (run id, batch id, end offsets) of the last batch: the next one's start
         self._in_epoch = False
         # a stop and the start of an epoch exclude each other: Spark's query.stop() interrupts the thread
         # an epoch's Spark jobs run on, and an epoch interrupted midway can leave the driver waiting forever
@@ -678,7 +679,9 @@ class JobRunner:
             if self.committed is not None and epoch <= self.committed["epoch"]:
                 self.progress.skipped += 1
                 return  # replayed by Spark after a crash; this epoch already committed
-            self._process_epoch(batch_df, epoch, self._read_offsets(batch_id), commit_wait=waited)
+            start, offsets = self._batch_offsets(batch_id)
+            self._process_epoch(batch_df, epoch, offsets, self.stages.input_partitions(start, offsets),
+                                commit_wait=waited)
         finally:
             self._in_epoch = False
 
@@ -704,7 +707,9 @@ class JobRunner:
         self.store.shift_epoch_base(self.run_info["run_id"], 1)
         self.run_info["epoch_base"] += 1
         empty = self.stages.spark.createDataFrame([], self.stream_schema)
-        self._process_epoch(empty, self.committed["epoch"] + 1, self.committed["source_offsets"], end_of_input=True)
+        offsets = self.committed["source_offsets"]
+        self._process_epoch(empty, self.committed["epoch"] + 1, offsets, self.stages.input_partitions(offsets, offsets),
+                            end_of_input=True)
         self._await_commit()
 
     def _input_end_pending(self) -> bool:
@@ -713,15 +718,16 @@ class JobRunner:
         marks = self.committed.get("event_time") or {}
         return any(marks.get(uid, {}).get("wm") != LONG_MAX for uid in self.plan.origins)
 
-    def _process_epoch(self, batch_df, epoch: int, offsets, end_of_input: bool = False,
+    def _process_epoch(self, batch_df, epoch: int, offsets, reads: dict, end_of_input: bool = False,
                        commit_wait: float = 0.0) -> None:
         """Run the epoch's tasks, then hand its commit to the committer thread: Spark logs the batch
-        and plans the next one meanwhile, and the next epoch waits for the commit before it starts."""
+        and plans the next one meanwhile, and the next epoch waits for the commit before it starts.
+        ``reads``: the input partitions each keyspan source's stage reads (``SparkStages.input_partitions``)."""
         self._in_epoch = True
         self.observer.epoch_started(commit_wait)
         try:
             time_ctx = self._time_context(offsets, end_of_input)
-            ctx = self._epoch_context(epoch, time_ctx)
+            ctx = self._epoch_context(epoch, time_ctx, reads)
             driver_rows = []
 
             def execute() -> list[bytes]:
@@ -752,7 +758,7 @@ class JobRunner:
                                                    f"failed: {_summary(exc)}")
             self.rescaling = None
 
-    def _epoch_context(self, epoch: int, time_ctx: TimeContext) -> EpochContext:
+    def _epoch_context(self, epoch: int, time_ctx: TimeContext, reads: dict) -> EpochContext:
         committed = self.committed
         return EpochContext(
             run_id=self.run_info["run_id"], epoch=epoch,
@@ -762,7 +768,7 @@ class JobRunner:
             storage=self.storage, backend=self.env.get_state_backend(),
             max_chain=self.checkpoint_config.max_delta_chain, full_all=self.parallel_changed, time=time_ctx,
             job_parameters=self.env.get_config().get_global_job_parameters(),
-            recent_tokens=dict(self.recent_tokens))
+            recent_tokens=dict(self.recent_tokens), reads=reads)
 
     def _time_context(self, offsets, end_of_input: bool = False) -> TimeContext:
         """What every task needs to compute the watermarks after this epoch exactly as the driver will."""
@@ -793,6 +799,22 @@ class JobRunner:
         with open(tmp, "w") as f:
             json.dump({"wake_at": min(wake) if wake else None}, f)
         os.replace(tmp, path)
+
+    def _batch_offsets(self, batch_id: int) -> tuple[dict | None, dict | None]:
+        """The offsets Spark's log holds for where the batch starts (None: where the stream started)
+        and ends: its start is the end of the batch before, as Spark plans it."""
+        start = None
+        if batch_id:
+            run, before, end = self._logged_end or (None, None, None)
+            start = end if (run, before) == (self.run_info["run_id"], batch_id - 1) else self._read_offsets(batch_id - 1)
+        end = self._read_offsets(batch_id)
+        if self.stages.readers and (end is None or (batch_id and start is None)):
+            missing = batch_id if end is None else batch_id - 1
+            raise RuntimeError(f"job '{self.job_id}': Spark's offset log {self.run_info['spark_checkpoint']} has no "
+                               f"readable entry for batch {missing}, so the epoch's input is unknown; nothing was "
+                               "read or committed. Run the job again: it resumes from its last checkpoint")
+        self._logged_end = (self.run_info["run_id"], batch_id, end)
+        return start, end
 
     def _read_offsets(self, batch_id: int) -> dict | None:
         try:

@@ -51,6 +51,8 @@ class EpochContext:
     job_parameters: dict = field(default_factory=dict)
     recent_tokens: dict[int, dict[str, str]] = field(default_factory=dict)  # epoch → committed tokens of the
     # run's last few epochs before ``committed_epoch``: a worker cache parked after one of them confirms by them
+    reads: dict[int, list] = field(default_factory=dict)  # keyspan source stage id → the input partitions
+    # its tasks read this epoch (task i the i-th)
 
 
 def encode_context(ctx: EpochContext) -> str:

@@ -1,7 +1,9 @@
 """The job's Spark side: one streaming DataFrame for all sources, and per epoch the DataFrames of its
 stages — one ``mapInArrow`` per stage, ``repartitionById`` per exchange — collected so that only
 control rows (and driver-sink records) come back to the driver. A stage's function is built once per
-plan; the epoch's context reaches its tasks as a Spark local property of the epoch's jobs."""
+plan; the epoch's context reaches its tasks as a Spark local property of the epoch's jobs. A keyspan
+source's stage runs one task per input partition the driver planned, and each task reads its
+partition itself: the streaming DataFrame only advances those sources' offsets."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 from functools import reduce
 
 from keyspan.connectors.sources import TICK, source_dataframe
+from keyspan.io import serde
 from keyspan.runtime.planner import ExitKind, InputFormat, PhysicalPlan
 from keyspan.runtime.protocol import (
     CONTROL_EXIT,
@@ -35,6 +38,9 @@ class SparkStages:
         self.batch = batch  # BATCH execution mode: no per-epoch limit, the whole input in one epoch
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
         self.readers: dict[int, object] = {}  # source index → its SourceReader (keyspan sources)
+        self._initial: dict[int, dict | None] = {}  # source index → the offset its stream starts from
+        self._read_parallelism = 1  # the partitions a source's epoch is split into, at most (fixed per stream)
+        self._read_frames: dict[int, object] = {}  # n → a DataFrame of n partitions, one row each: n source tasks
         self.source_uids = {i: self._stage_of(t).plan.ops[0].uid for i, t in enumerate(plan.sources)}
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
@@ -67,9 +73,10 @@ class SparkStages:
                 start = offsets.get(str(i)) if offsets else None
                 limit = None if self.batch else (
                     t.spec.max_per_epoch or (self.max_records_per_epoch if reader.unit == "records" else None))
-                df = source_dataframe(self.spark, reader, parallelism, limit, start, wake_file,
-                                      (replay or {}).get(str(i)))
+                df = source_dataframe(self.spark, reader, limit, start, wake_file, (replay or {}).get(str(i)))
                 self.readers[i] = reader
+                self._initial[i] = start or reader.initial_offset()  # as the stream's ``initialOffset``
+                self._read_parallelism = parallelism
             elif hasattr(t.spec, "dataframe"):
                 df = t.spec.dataframe
             else:
@@ -90,6 +97,28 @@ class SparkStages:
             offset = (offsets or {}).get(str(i))
             if offset:
                 reader.checkpointed({k: v for k, v in offset.items() if k != TICK})
+
+    def input_partitions(self, start: dict | None, end: dict | None) -> dict[int, list]:
+        """Source stage id → the input partitions of an epoch reading from offsets ``start`` (None: where
+        the stream started) to ``end``, planned as Spark's data source plans them; its task i reads the
+        i-th. An empty list: the stage runs no task this epoch."""
+        reads = {}
+        for i, t in enumerate(self.plan.sources):
+            reader = self.readers.get(i)
+            if reader is None:
+                continue
+            to = (end or {}).get(str(i))
+            since = (start or {}).get(str(i)) or self._initial[i]
+            reads[self._stage_of(t).plan.stage_id] = (
+                [] if to is None else reader.partitions(since, to, self._read_parallelism))
+        return reads
+
+    def _read_tasks(self, n: int):
+        """``n`` tasks whose partition i holds the one row i (none for n = 0), kept across epochs."""
+        frame = self._read_frames.get(n)
+        if frame is None:
+            frame = self._read_frames[n] = self.spark.range(0, n, 1, max(n, 1))
+        return frame
 
     def _source_batch(self, batch_df, t):
         if self._index is None:
@@ -144,7 +173,10 @@ class SparkStages:
             from pyspark.sql.pandas.functions import pandas_udf
             from pyspark.util import PythonEvalType
 
-            udf = pandas_udf(make_stage_function(*self.stage_code[stage_id]), returnType=self.output_type,
+            stage = next(s for s in self.plan.stages if s.plan.stage_id == stage_id)
+            index = next((i for i, t in enumerate(self.plan.sources) if t is stage.source), None)
+            reader = serde.dumps_function(self.readers[index]) if index in self.readers else None
+            udf = pandas_udf(make_stage_function(*self.stage_code[stage_id], reader), returnType=self.output_type,
                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
             names = [F.col("`" + c.replace("`", "``") + "`") for c in df.columns]
             column = self._functions[stage_id] = udf(*names)._jc
@@ -168,7 +200,9 @@ class SparkStages:
             p = s.plan
             if p.input_format == InputFormat.PUSHED_DOWN:
                 continue
-            if s.source is not None:
+            if s.source is not None and p.stage_id in ctx.reads:
+                in_df = self._read_tasks(len(ctx.reads[p.stage_id]))
+            elif s.source is not None:
                 in_df = self._source_batch(batch_df, s.source)
             elif p.input_format == InputFormat.TYPED_KEYED:
                 routing, heartbeat = self._jvm_routing(s)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.sources import TICK, KeyspanSource, SourceReader, SourceRecordError, chunk_batch
+from keyspan.connectors.sources import TICK, KeyspanSource, SourceReader, SourceRecordError, SplitChunk
 
 READ_TIMEOUT_S = 60.0  # a partition range the broker does not deliver within this time fails the task
 
@@ -366,7 +366,7 @@ class KafkaReader(SourceReader):
         finally:
             consumer.unassign()  # an assigned consumer keeps fetching in the background
         for tp, (records, stamps) in chunks.items():
-            yield chunk_batch(records, stamps, _key(*tp))
+            yield SplitChunk(records, stamps, _key(*tp))
 
     @staticmethod
     def _done(consumer, todo, tp):

@@ -1,6 +1,7 @@
 """What runs inside a Spark task: one stage for one subtask of one epoch.
 
-The task reads its input Arrow batches, pushes records through the stage's operator chain, writes
+The task reads its input (Arrow batches, or a keyspan source's partition, which it reads itself),
+pushes records through the stage's operator chain, writes
 the epoch's state changes and staged sink output under attempt-unique names, and ends with a
 control row — its ``TaskReport`` — naming what it wrote. The driver commits exactly the attempts
 whose reports reached it (invariant 1); operator instances and their state stay cached in the
@@ -20,6 +21,7 @@ from keyspan.checkpoint.handles import TaskReport
 from keyspan.common import garbage
 from keyspan.common.clock import wall_clock_ms
 from keyspan.common.types import named_row_class, packed_rows
+from keyspan.connectors.sources import SplitChunk, read_chunks
 from keyspan.datastream.functions import TimeDomain
 from keyspan.io import serde
 from keyspan.metrics import metricbase
@@ -42,11 +44,13 @@ from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
 
 _PLANS: dict[str, StagePlan] = {}
+_READERS: dict[bytes, object] = {}  # a source stage's pickled SourceReader → the reader
 
 
-def make_stage_function(plan_bytes: bytes, digest: str):
+def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | None = None):
     """The function given to ``mapInArrow``, built once per plan; the plan travels as bytes and is
-    unpickled once per worker, the epoch's context comes with each task (a Spark local property)."""
+    unpickled once per worker, the epoch's context comes with each task (a Spark local property).
+    A keyspan source's stage gets its ``SourceReader`` too: each of its tasks reads one input partition."""
 
     def run(batches):
         plan = _PLANS.get(digest)
@@ -62,7 +66,15 @@ def make_stage_function(plan_bytes: bytes, digest: str):
         ctx = decode_context(encoded)
         attempt = tc.attemptNumber()
         subtask = tc.partitionId()
-        if plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
+        if reader_bytes is not None:
+            # the task's one row is its index among the epoch's reads: its subtask (under a union of stage
+            # outputs, Spark's partition id counts the partitions of the inputs before it too)
+            subtask = next(i for batch in batches for i in batch.column(0).to_pylist())
+            reader = _READERS.get(reader_bytes)
+            if reader is None:
+                reader = _READERS[reader_bytes] = serde.loads(reader_bytes)
+            batches = read_chunks(reader, ctx.reads[plan.stage_id][subtask])
+        elif plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
             # A partition id is not the subtask once Spark unions stage outputs; every partition of an
             # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
             batches = iter(batches)
@@ -172,20 +184,18 @@ class StageTask(OperatorChain):
             entry = [reset_timestamp(e) for e in entry]
         for batch in batches:
             began = time.perf_counter()
-            if fmt == InputFormat.CHUNKS:
-                for payload in batch.column(0).to_pylist():
-                    records = serde.loads(payload)
-                    if type(records) is tuple:  # records of one split with the source's event timestamps
-                        records, stamps, self.chunk_split[0] = records
-                        self.records_in += len(records)
-                        for r, ts in zip(records, stamps):
-                            source_ts[0] = cell[0] = ts
-                            for e in entry:
-                                e(r)
-                        source_ts[0] = cell[0] = self.chunk_split[0] = None
-                        continue
+            if fmt == InputFormat.CHUNKS:  # a chunk of records the task read from its source partition
+                if type(batch) is SplitChunk:  # records of one split with the source's event timestamps
+                    records, stamps, self.chunk_split[0] = batch
                     self.records_in += len(records)
-                    for r in records:
+                    for r, ts in zip(records, stamps):
+                        source_ts[0] = cell[0] = ts
+                        for e in entry:
+                            e(r)
+                    source_ts[0] = cell[0] = self.chunk_split[0] = None
+                else:
+                    self.records_in += len(batch)
+                    for r in batch:
                         for e in entry:
                             e(r)
             elif fmt == InputFormat.TYPED:
