@@ -1,7 +1,7 @@
 """Sources. keyspan's own sources advance through one Spark Python streaming data source ("keyspan")
 whose offsets are plain JSON positions, so an epoch's input is replayable from the offsets a
 checkpoint records. Spark only keeps their offsets: each epoch, the driver plans the input
-partitions between two offsets and the source's stage reads them in its own tasks (``read_chunks``),
+partitions between two offsets and the source's stage reads them in its own tasks (``SourceReader.read``),
 so records never pass through a data source worker and the JVM before the stage sees them.
 ``from_spark`` wraps any Spark streaming DataFrame instead."""
 
@@ -25,7 +25,6 @@ from keyspan.common.typeinfo import RowTypeInfo
 from keyspan.common.types import Row
 from keyspan.io import serde
 
-CHUNK = 4096  # records a source stage pushes through its chain between checks of its output buffers
 TICK = "tick"  # an offset field that only advances to make Spark run an epoch without new records
 PAYLOAD_SCHEMA = "payload binary"  # the offset stream's schema: Spark never reads its rows (``_StreamReader.read``)
 
@@ -37,19 +36,6 @@ class SplitChunk(NamedTuple):
     records: list
     stamps: list
     split: str
-
-
-def read_chunks(reader: "SourceReader", partition) -> Iterator:
-    """The records of one input partition as a source stage consumes them: lists, or ``SplitChunk``s,
-    of at most ``CHUNK`` records each."""
-    for chunk in reader.read(partition):
-        if type(chunk) is SplitChunk:
-            records, stamps, split = chunk
-            for i in range(0, len(records), CHUNK):
-                yield SplitChunk(records[i:i + CHUNK], stamps[i:i + CHUNK], split)
-        else:
-            for i in range(0, len(chunk), CHUNK):
-                yield chunk[i:i + CHUNK]
 
 
 class SourceRecordError(ValueError):
@@ -82,7 +68,8 @@ class SourceReader:
         raise NotImplementedError
 
     def read(self, partition) -> Iterator:
-        """The records of one partition, in chunks: lists of records, or ``SplitChunk``s."""
+        """The records of one partition, in chunks: lists of records, or ``SplitChunk``s. The stage that
+        reads them sends its output on after each chunk: a chunk is a file, a fetch, a slice of a range."""
         raise NotImplementedError
 
     def backlog(self, offset: dict | None) -> int | None:

@@ -21,7 +21,7 @@ from keyspan.checkpoint.handles import TaskReport
 from keyspan.common import garbage
 from keyspan.common.clock import wall_clock_ms
 from keyspan.common.types import named_row_class, packed_rows
-from keyspan.connectors.sources import SplitChunk, read_chunks
+from keyspan.connectors.sources import SplitChunk
 from keyspan.datastream.functions import TimeDomain
 from keyspan.io import serde
 from keyspan.metrics import metricbase
@@ -73,7 +73,7 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
             reader = _READERS.get(reader_bytes)
             if reader is None:
                 reader = _READERS[reader_bytes] = serde.loads(reader_bytes)
-            batches = read_chunks(reader, ctx.reads[plan.stage_id][subtask])
+            batches = reader.read(ctx.reads[plan.stage_id][subtask])
         elif plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
             # A partition id is not the subtask once Spark unions stage outputs; every partition of an
             # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
