@@ -75,3 +75,14 @@ def test_each_source_task_knows_its_subtask_when_sources_are_unioned(env):
     assert sorted(v for v, _ in out) == list(range(10)) + list(range(100, 110))
     for values in (range(10), range(100, 110)):
         assert {s for v, s in out if v in values} == {0, 1}
+
+
+def test_source_tasks_leave_their_python_workers_reusable(env):
+    """A Python worker is reused by later tasks only if its task read all of its input; a source task
+    that left its one input row unread would cost a fresh worker (and its imports) every epoch."""
+    import os
+
+    env.set_max_records_per_epoch(4)
+    out = env.from_collection(list(range(40))).map(lambda v: (v, os.getpid())).execute_and_collect(limit=100)
+    assert sorted(v for v, _ in out) == list(range(40))  # 10 epochs, 2 source tasks each
+    assert len({pid for _, pid in out}) <= 4, sorted({pid for _, pid in out})

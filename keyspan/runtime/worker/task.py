@@ -68,8 +68,9 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
         subtask = tc.partitionId()
         if reader_bytes is not None:
             # the task's one row is its index among the epoch's reads: its subtask (under a union of stage
-            # outputs, Spark's partition id counts the partitions of the inputs before it too)
-            subtask = next(i for batch in batches for i in batch.column(0).to_pylist())
+            # outputs, Spark's partition id counts the partitions of the inputs before it too). The input
+            # is read to its end: a Python worker that leaves input unread is not reused for other tasks
+            (subtask,) = [i for batch in batches for i in batch.column(0).to_pylist()]
             reader = _READERS.get(reader_bytes)
             if reader is None:
                 reader = _READERS[reader_bytes] = serde.loads(reader_bytes)
