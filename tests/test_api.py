@@ -342,3 +342,20 @@ def test_unserializable_state_fails_naming_operator_state_and_key(env):
         .print()
     with pytest.raises(JobExecutionError, match=r"keeps-lambdas.*state 'handler'.*'only-key'"):
         env.execute("unserializable")
+
+
+def test_chunks_of_rows_cross_an_exchange_as_columns_and_come_back_as_the_same_rows():
+    import pickle
+
+    from keyspan.common.types import _PackedRows, packed_rows
+
+    rows = [Row(key=f"k{i}", n=i, x=None if i % 2 else [i]) for i in range(5)]
+    packed = packed_rows(rows)
+    assert isinstance(packed, _PackedRows) and packed.columns[1] == [0, 1, 2, 3, 4]
+    back = pickle.loads(pickle.dumps(packed))
+    assert back == rows and {type(r) for r in back} == {type(rows[0])}
+    assert back[3].key == "k3" and back[4].x == [4]
+    # anything else travels as it is: mixed classes, a Row missing a field, Rows without names
+    short = tuple.__new__(type(rows[0]), ("k9", 9))
+    for chunk in ([Row(a=1), Row(b=1)], rows + [short], [Row(1, 2), Row(3, 4)], [(1, 2)], []):
+        assert packed_rows(chunk) is chunk

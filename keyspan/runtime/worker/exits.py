@@ -26,7 +26,7 @@ def frozen(value):
 
 
 def chunk(kgs, keys, records: list, stamps, side) -> bytes:
-    """One pickled chunk (the Rows of one named class travel as plain tuples: ``packed_rows``)."""
+    """One pickled chunk (the Rows of one named class travel as one list per field: ``packed_rows``)."""
     return serde.dumps((kgs, keys, packed_rows(records), stamps, side))
 
 
