@@ -105,8 +105,9 @@ class _PackedRows:
         self.columns = columns
 
     def __reduce__(self):
-        return _unpack_rows, (self.fields, self.columns)
+        return rows_from_columns, (self.fields, self.columns)
 
 
-def _unpack_rows(fields, columns) -> list:
+def rows_from_columns(fields: tuple[str, ...], columns) -> list:
+    """Rows of the named class of ``fields``, one per position of the (equally long) ``columns``."""
     return list(map(partial(tuple.__new__, named_row_class(fields)), zip(*columns)))

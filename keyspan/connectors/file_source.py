@@ -12,12 +12,11 @@ import io
 import json
 import os
 import posixpath
-from functools import partial
 
 import pyarrow as pa
 
 from keyspan.io.storage import Storage
-from keyspan.common.types import Row, named_row_class
+from keyspan.common.types import Row, rows_from_columns
 from keyspan.common.serialization import ParseError
 from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.sources import KeyspanSource, SourceReader, split_range
@@ -146,9 +145,7 @@ def _what(kind: str) -> str:
 
 
 def _rows(table: pa.Table) -> list:
-    """The table's rows as Rows of one named class, looked up once (not once per row)."""
-    make = partial(tuple.__new__, named_row_class(tuple(table.column_names)))
-    return list(map(make, zip(*[c.to_pylist() for c in table.columns])))
+    return rows_from_columns(tuple(table.column_names), [c.to_pylist() for c in table.columns])
 
 
 class FileReader(SourceReader):
