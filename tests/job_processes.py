@@ -33,6 +33,15 @@ def committed_epoch(workdir: Path) -> int:
         return -1
 
 
+def finished_runs(workdir: Path) -> int:
+    """How many runs in the workdir's metadata store ended with the whole bounded input done."""
+    try:
+        with sqlite3.connect(workdir / "keyspan.db", timeout=5) as c:
+            return c.execute("select count(*) from runs where status = 'FINISHED'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
 def crash_seed() -> int:
     """``KEYSPAN_CRASH_SEED`` replays a failing run's kill moments."""
     return int(os.environ.get("KEYSPAN_CRASH_SEED", random.randrange(1 << 30)))
@@ -58,6 +67,10 @@ def run_with_kills(start, workdir: Path, kills: int, seed: int, *, epochs_betwee
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 done += 1
+                # a kill after the run ended leaves a finished job, which the next run starts over:
+                # the job needs more epochs for this many kills, not a different engine
+                assert not finished_runs(workdir), (
+                    f"seed {seed}: kill {done} landed after the job had finished; give the test job more epochs")
                 if after_kill is not None:
                     after_kill()
                 continue

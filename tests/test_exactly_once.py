@@ -21,7 +21,8 @@ JOB = Path(__file__).parent / "jobs" / "counting_job.py"
 
 
 def _run_job(workdir: Path, output: Path, extra=()):
-    return start_job(JOB, workdir, {"COUNTING_JOB_OUTPUT": str(output)}, extra)
+    # 24 epochs of 100: three kills, each up to 3 epochs plus a moment into a run, land well before the end
+    return start_job(JOB, workdir, {"COUNTING_JOB_OUTPUT": str(output), "COUNTING_JOB_PER_EPOCH": "100"}, extra)
 
 
 def _output(output: Path) -> dict[str, list[str]]:

@@ -15,12 +15,12 @@ from job_processes import crash_seed, run_with_kills, start_job  # noqa: E402
 from kafka_util import new_topic, produce, read_all  # noqa: E402
 
 JOB = Path(__file__).parent / "jobs" / "kafka_counting_job.py"
-RECORDS, KEYS = 1200, 30
+RECORDS, KEYS = 1200, 30  # 24 epochs of 50: three kills, each 1-2 epochs plus a moment into a run, land well before the end
 
 
 def _run(workdir: Path, bootstrap: str, source: str, target: str, extra=()):
     return start_job(JOB, workdir, {"KAFKA_JOB_BOOTSTRAP": bootstrap, "KAFKA_JOB_SOURCE": source,
-                                    "KAFKA_JOB_TARGET": target, "KAFKA_JOB_PER_EPOCH": "150"}, extra)
+                                    "KAFKA_JOB_TARGET": target, "KAFKA_JOB_PER_EPOCH": "50"}, extra)
 
 
 @pytest.mark.timeout(1800)  # four driver starts (a JVM each) on a shared two-core machine
