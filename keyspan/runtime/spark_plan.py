@@ -44,7 +44,7 @@ class SparkStages:
         self.source_uids = {i: self._stage_of(t).plan.ops[0].uid for i, t in enumerate(plan.sources)}
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
-        self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns and heartbeat rows
+        self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns, heartbeat rows, subtask column
         self._functions: dict[int, object] = {}  # stage id → its mapInArrow function, a UDF column on the JVM
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -127,10 +127,14 @@ class SparkStages:
 
         return batch_df.filter(F.col("_ks_src") == self._index[t.id]).select(*self._columns[t.id])
 
-    def _jvm_routing(self, stage):
-        """A JVM-routed stage's key group and subtask columns and its heartbeat rows (one per subtask,
-        key group -1: a subtask with no records still learns its index), built once per plan: each
-        PySpark call is a round trip to the JVM, and an epoch's fixed cost is what bounds latency."""
+    def _routed_by_key(self, stage, src):
+        """A JVM-routed stage's input: ``src`` with its key group and subtask columns, plus heartbeat
+        rows (one per subtask, key group -1: a subtask with no records still learns its index),
+        repartitioned by subtask. The columns and heartbeat rows are built once per plan and the
+        three steps go to the JVM as three calls: each PySpark step would convert its columns again,
+        several round trips to the JVM each, and an epoch's fixed cost is what bounds latency."""
+        from pyspark.sql import DataFrame
+
         cached = self._routing.get(stage.plan.stage_id)
         if cached is None:
             from pyspark.sql import functions as F
@@ -140,12 +144,15 @@ class SparkStages:
             kg = F.pmod(F.xxhash64(*[_jvm_key_column(schema, c) for c in p.key_fields]),
                         F.lit(p.max_parallelism)).cast("int")
             sub = F.floor(kg * p.parallelism / p.max_parallelism).cast("int")  # exact: small integers
-            routing = [kg.alias("_ks_kg"), sub.alias("_ks_sub")]
-            heartbeat = self.spark.range(p.parallelism).select(
+            heartbeat = self.spark.range(0, p.parallelism, 1, 1).select(  # one task, not one per core
                 *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields],
                 F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
-            cached = self._routing[stage.plan.stage_id] = (routing, heartbeat)
-        return cached
+            columns = src._jcols("*", kg.alias("_ks_kg"), sub.alias("_ks_sub"))
+            cached = self._routing[stage.plan.stage_id] = (columns, heartbeat._jdf, F.col("_ks_sub")._jc)
+        columns, heartbeat, subtask = cached
+        routed = src._jdf.select(columns).unionByName(heartbeat, False).repartitionById(stage.plan.parallelism,
+                                                                                        subtask)
+        return DataFrame(routed, self.spark)
 
     def _rows_through(self, out, stage_id: int, exit_id: int):
         """The rows of stage ``stage_id``'s output that leave through ``exit_id``. When that is its only
@@ -205,9 +212,7 @@ class SparkStages:
             elif s.source is not None:
                 in_df = self._source_batch(batch_df, s.source)
             elif p.input_format == InputFormat.TYPED_KEYED:
-                routing, heartbeat = self._jvm_routing(s)
-                src = self._source_batch(batch_df, s.pushdown_source)
-                in_df = src.select("*", *routing).unionByName(heartbeat).repartitionById(p.parallelism, "_ks_sub")
+                in_df = self._routed_by_key(s, self._source_batch(batch_df, s.pushdown_source))
             else:
                 parts = [self._rows_through(outputs[up], up, exit_id) for up, exit_id in s.inputs]
                 if s.broadcast_inputs:
