@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -273,3 +275,41 @@ def test_stop_lands_at_the_next_epoch_boundary_of_a_backlog(workdir):
     epoch = json.loads(Path(path.removeprefix("file://"), "_metadata.json").read_text())["epoch"]
     assert committed <= epoch <= committed + 2  # the epoch running when the stop came, or the one after
     assert store().latest_run("backlog")["status"] == "STOPPED"
+
+
+_REFUSING_QUERIES = """
+import sys
+from pyspark.sql import SparkSession
+from keyspan.runtime.session import mute_query_errors
+
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("WARN")
+
+def refuse(df, batch_id):  # as a keyspan driver refuses a batch Spark starts while the job stops
+    if batch_id >= 2:
+        raise RuntimeError("job is stopping; epoch left for the next run")
+
+for muted in (True, False):
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 10).load().writeStream.foreachBatch(refuse)
+             .trigger(processingTime="100 milliseconds").option("checkpointLocation", f"{sys.argv[1]}/{muted}").start())
+    unmute = mute_query_errors(query) if muted else (lambda: None)
+    try:
+        query.awaitTermination()
+    except Exception:
+        pass
+    unmute()
+    print(f"=== muted={muted} ended", file=sys.stderr, flush=True)
+"""
+
+
+def test_a_batch_refused_while_stopping_is_not_logged_as_a_spark_error(tmp_path):
+    """The refusal of a batch Spark starts during a stop ends the query with an error on purpose;
+    while keyspan stops its query, Spark does not print that as an ERROR with a Java trace. A second
+    query that is not muted does print it: the scenario is real, and the level was put back."""
+    done = subprocess.run([sys.executable, "-c", _REFUSING_QUERIES, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    muted, rest = done.stderr.split("=== muted=True ended")
+    unmuted = rest.split("=== muted=False ended")[0]
+    assert "terminated with error" not in muted and "job is stopping" not in muted, muted[-3000:]
+    assert "terminated with error" in unmuted and "job is stopping" in unmuted, unmuted[-3000:]

@@ -163,6 +163,7 @@ class JobRunner:
         self.stream_schema = None  # the source stream's schema: an epoch without records is built from it
         self._logged_end = None  # (run id, batch id, end offsets) of the last batch: the next one's start
         self._in_epoch = False
+        self._unmute_query = None  # puts back the query's log level muted while keyspan stops it
         # a stop and the start of an epoch exclude each other: Spark's query.stop() interrupts the thread
         # an epoch's Spark jobs run on, and an epoch interrupted midway can leave the driver waiting forever
         self._epoch_gate = threading.Lock()
@@ -469,6 +470,8 @@ class JobRunner:
             if not self.control.stopped:  # a batch Spark started while stopping ends the query with an error
                 self._fail(self.failure or exc)
         finally:
+            if self._unmute_query is not None:
+                self._unmute_query()
             self.control.cancel_rescale(f"job '{self.job_id}' stopped before the rescale could apply")
             if self.rescaling is not None:
                 self.rescaling.update(done=True, error=f"job '{self.job_id}' stopped before an epoch committed at "
@@ -611,6 +614,7 @@ class JobRunner:
         with self._epoch_gate:
             if not self.control.stop_due(self._in_epoch):
                 return False
+            self._unmute_query = spark_session.mute_query_errors(self.query)  # before any batch is refused
             self.control.claim_stop()
             return True
 

@@ -133,6 +133,23 @@ def offset_log_without_checksums(spark):
         conf.unset(_LOCAL_FS)
 
 
+def mute_query_errors(query):
+    """Keep Spark from logging the end of keyspan's own query as an ERROR with a Java trace while
+    keyspan stops it: a batch Spark starts during a stop is refused on purpose (so that Spark does
+    not log it as done), and that refusal ends the query with an error that is not one. Mutes only
+    this query's execution logger; returns what puts its level back, once the query has ended."""
+    from pyspark import SparkContext
+
+    try:
+        name = query._jsq.streamingQuery().getClass().getName()
+        log4j = SparkContext._jvm.org.apache.logging.log4j
+        previous = log4j.LogManager.getLogger(name).getLevel()
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    except Exception:  # noqa: BLE001 — a log level is cosmetic: a stop goes ahead without it
+        return lambda: None
+    return lambda: log4j.core.config.Configurator.setLevel(name, previous)
+
+
 _SHIPPED: set[tuple] = set()  # (application id, what) already added to the SparkContext
 
 
