@@ -16,6 +16,10 @@ keyspan's tasks (the stages' Spark jobs up to the driver's collect of their repo
 (the metadata transaction with the checkpoint's statistics, the checkpoint's ``_metadata.json``,
 publishing, retention) and the delivery to driver sinks, which run while Spark logs the batch, and how
 long the next epoch waited for them; and the wait between one batch's end and the next trigger.
+
+``--floor`` then times Spark alone: the epoch's two Python stages and exchange as plain Spark jobs on
+the same number of rows, and a streaming query that does nothing at the last trigger, whose
+per-batch time is Spark's own bookkeeping (planning, offset log, commit log).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from keyspan.datastream.connectors.file_system import FileSource, StreamFormat  
 from keyspan.datastream.functions import SinkFunction  # noqa: E402
 from keyspan.datastream.state import ValueStateDescriptor  # noqa: E402
 from keyspan.runtime import options  # noqa: E402
+from keyspan.runtime.session import offset_log_without_checksums  # noqa: E402
 
 
 class RunningSum(KeyedProcessFunction):
@@ -160,6 +165,24 @@ def spark_floor(spark, rows: int, repeats: int = 60) -> dict:
     return floor
 
 
+_SPARK_STEPS = ("queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
+def spark_empty_batches(spark, interval_ms: int, rate: int, work: str, seconds: float = 12) -> dict:
+    """Spark's own part of a micro-batch with nothing in it: a rate source at the same events/s into a
+    ``foreachBatch`` that returns at once, its offset and commit logs written as keyspan's are, at the
+    same trigger. What no change in keyspan can take out of "Spark's own per batch". Medians, first
+    batches left out."""
+    with offset_log_without_checksums(spark):
+        query = (spark.readStream.format("rate").option("rowsPerSecond", rate).load().writeStream
+                 .foreachBatch(lambda df, batch_id: None).trigger(processingTime=f"{interval_ms} milliseconds")
+                 .option("checkpointLocation", os.path.join(work, f"empty-{interval_ms}")).start())
+    time.sleep(seconds)
+    query.stop()
+    batches = [dict(p.durationMs) for p in query.recentProgress][3:]
+    return {k: statistics.median(b.get(k, 0) for b in batches) for k in ("triggerExecution", *_SPARK_STEPS)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--intervals", type=int, nargs="+", default=[100, 1000, 5000])
@@ -189,6 +212,10 @@ def main():
                   + "; ".join(f"{name} {ms:.0f}" for name, ms in floor.items())
                   + f"\n    keyspan's tasks at the last trigger took {tasks:.0f} ms: "
                   f"{tasks / floor['two Python stages and an exchange']:.2f}x Spark alone on the same shape", flush=True)
+            empty = spark_empty_batches(spark, args.intervals[-1], args.rate, work)
+            print(f"Spark alone, a query that does nothing at the {args.intervals[-1]} ms trigger: "
+                  f"{empty['triggerExecution']:.0f} ms per batch ("
+                  + ", ".join(f"{k} {empty[k]:.0f}" for k in _SPARK_STEPS) + ")", flush=True)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
