@@ -307,7 +307,7 @@ def test_a_batch_refused_while_stopping_is_not_logged_as_a_spark_error(tmp_path)
     while keyspan stops its query, Spark does not print that as an ERROR with a Java trace. A second
     query that is not muted does print it: the scenario is real, and the level was put back."""
     done = subprocess.run([sys.executable, "-c", _REFUSING_QUERIES, str(tmp_path)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     muted, rest = done.stderr.split("=== muted=True ended")
     unmuted = rest.split("=== muted=False ended")[0]
