@@ -17,11 +17,14 @@ _IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
 def frozen(value):
     """What a value is at the moment it is emitted or stored: mutable values are copied, as PyFlink
     serializes on emit, so a function that mutates an object afterwards changes nothing."""
-    t = type(value)
-    if t in _IMMUTABLE:
+    if type(value) in _IMMUTABLE:
         return value
-    if isinstance(value, tuple) and _IMMUTABLE.issuperset(map(type, value)):
-        return value
+    if isinstance(value, tuple):  # a Row or tuple of plain values, the common case: a loop beats set algebra here
+        for item in value:
+            if type(item) not in _IMMUTABLE:
+                break
+        else:
+            return value
     return serde.loads(serde.dumps(value))
 
 
