@@ -319,6 +319,18 @@ def _running_sum_processor_class():
     return RunningSumProcessor
 
 
+def require_transform_with_state(skip_flag: str = "--skip-tws") -> None:
+    """Stop with what to install when Spark's transformWithStateInPandas cannot run here: its Python
+    runner imports grpc and protobuf, which PySpark does not install, and fails deep in Spark otherwise."""
+    import importlib.util
+
+    missing = [name for name in ("grpc", "google.protobuf") if importlib.util.find_spec(name.split(".")[0]) is None
+               or importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"transformWithStateInPandas needs {' and '.join(missing)}: pip install -e '.[bench]' "
+                         f"(or leave that peer out with {skip_flag})")
+
+
 def run_transform_with_state(
     spark,
     directory: str,
@@ -337,6 +349,7 @@ def run_transform_with_state(
     ``final_sums_ok`` compares the max running sum per key seen by the sink
     with ``expected_sums``.
     """
+    require_transform_with_state()
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB_PROVIDER)
     processor_cls = _running_sum_processor_class()
     events = _stream_source(spark, directory, files_per_trigger)

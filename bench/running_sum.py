@@ -39,6 +39,7 @@ from bench.baselines import (  # noqa: E402
     expected_sums,
     generate_events,
     make_spark,
+    require_transform_with_state,
     run_map_in_arrow,
     run_transform_with_state,
     warm_up,
@@ -124,6 +125,8 @@ def measure_on(master: str, args) -> dict:
     from keyspan.runtime.session import get_or_create_spark
 
     os.environ["KEYSPAN_ALLOW_LOCAL_STORAGE"] = "true"
+    if not args.skip_tws:
+        require_transform_with_state()
     work = tempfile.mkdtemp(prefix="keyspan-bench-")
     try:
         data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)
@@ -232,6 +235,8 @@ def main():
     if args.master:
         compare_masters(args)
         return
+    if not args.skip_tws:
+        require_transform_with_state()
     work = tempfile.mkdtemp(prefix="keyspan-bench-")
     try:
         data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)

@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.baselines import require_transform_with_state  # noqa: E402
 from keyspan.common import Types  # noqa: E402
 from keyspan.state_processor import (  # noqa: E402
     ColumnBootstrapFunction,
@@ -83,6 +84,8 @@ def main():
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--skip-spark", action="store_true", help="skip the statestore comparison")
     args = ap.parse_args()
+    if not args.skip_spark:
+        require_transform_with_state("--skip-spark")
     keys = args.size_mb * MB // args.value_bytes
     work = tempfile.mkdtemp(prefix="ks-sp-bench-")
     spark = _spark(args.cores, args.tasks)
