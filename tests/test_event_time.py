@@ -36,6 +36,42 @@ class SeesTime(ProcessFunction):
         yield value, ctx.timestamp(), ctx.timer_service().current_watermark()
 
 
+class SecondFieldOrRecordTimestamp(TimestampAssigner):
+    """The record's own timestamp when it has one, else its second field."""
+
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1] if record_timestamp is None else record_timestamp
+
+
+def test_a_source_record_reaches_its_timestamp_assigner_without_a_timestamp(env):
+    """Every record of a collection comes without a timestamp, whatever the assigner gave the record
+    before it in the same chunk."""
+    data = [("a", t, i) for i, t in enumerate([1000, 3000, 2500, 7000])]
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondFieldOrRecordTimestamp())
+    out = env.from_collection(data).assign_timestamps_and_watermarks(strategy).process(SeesTime()).execute_and_collect()
+    assert sorted((value, ts) for value, ts, _ in out) == sorted((r, r[1]) for r in data)
+
+
+class SecondFieldOfFirst(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[0][1]
+
+
+class KeyedSeesTime(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield value, ctx.timestamp()
+
+
+def test_a_timestamp_assigned_downstream_does_not_reach_the_next_record_upstream(env):
+    """A keyed function reads its records without timestamps, and the timestamp assigner after it,
+    in the same stage, stamps what it emits: that stamp belongs to that output only."""
+    data = [("a", t, i) for i, t in enumerate([1000, 3000, 2500, 7000])]
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondFieldOfFirst())
+    out = (env.from_collection(data).key_by(lambda r: r[0]).process(KeyedSeesTime())
+           .assign_timestamps_and_watermarks(strategy).process(SeesTime()).execute_and_collect())
+    assert sorted((pair, ts) for pair, ts, _ in out) == sorted(((r, None), r[1]) for r in data)
+
+
 def test_watermark_is_max_timestamp_minus_bound_at_the_previous_epoch_end(env):
     data = [("a", t, i) for i, t in enumerate([1000, 3000, 2500, 7000, 6000, 9000, 8000, 12000])]
     env.set_max_records_per_epoch(2)

@@ -272,9 +272,10 @@ class OperatorChain:
         subtask = self.subtask
 
         def process(value):
+            given = cell[0]  # put back once the record has gone on: the next record's timestamp is not this one's
             if extract is not None:
                 try:
-                    ts = extract(value, cell[0])
+                    ts = extract(value, given)
                 except Exception as exc:
                     raise user_error(op, subtask, exc, record=value) from exc
                 if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)):
@@ -287,6 +288,7 @@ class OperatorChain:
                 if ts > seen[0]:
                     seen[0] = ts
             emit(value)
+            cell[0] = given
         return process
 
     def _start_timers(self, inst, op, emit, timer_ctx) -> None:
