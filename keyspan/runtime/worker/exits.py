@@ -154,6 +154,9 @@ class KeyExtractionError(UserFunctionError):
 # keys whose dict equality matches their key group: never 1 == 1.0 == True across these two types
 _MEMO_KEY_TYPES = frozenset((int, str))
 _MEMO_LIMIT = 100_000
+# max parallelism → {key: key group}, kept by the worker process across tasks and epochs: a key's
+# group never changes, and hashing it again in every epoch's task cost more than routing it
+_KEY_GROUP_MEMOS: dict[int, dict] = {}
 
 
 class KeyedExit:
@@ -169,7 +172,7 @@ class KeyedExit:
         self.cell = cell
         self.buffers = [([], [], [], []) for _ in range(self.parallelism)]
         self.buffered = 0
-        self.key_groups: dict = {}  # key → key group, for keys seen before (hashing is the costlier step)
+        self.key_groups = _KEY_GROUP_MEMOS.setdefault(max_parallelism, {})  # key → key group, keys seen before
         # ErrorPolicy.skip().key_selector(fn) drops records without a usable key, counted here
         policy = getattr(self.selector, "error_policy", None)
         self.key_errors = key_errors if policy is not None and not policy.fails else None
