@@ -125,8 +125,6 @@ def measure_on(master: str, args) -> dict:
     from keyspan.runtime.session import get_or_create_spark
 
     os.environ["KEYSPAN_ALLOW_LOCAL_STORAGE"] = "true"
-    if not args.skip_tws:
-        require_transform_with_state()
     work = tempfile.mkdtemp(prefix="keyspan-bench-")
     try:
         data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)
