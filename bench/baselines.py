@@ -324,8 +324,13 @@ def require_transform_with_state(skip_flag: str = "--skip-tws") -> None:
     runner imports grpc and protobuf, which PySpark does not install, and fails deep in Spark otherwise."""
     import importlib.util
 
-    missing = [name for name in ("grpc", "google.protobuf") if importlib.util.find_spec(name.split(".")[0]) is None
-               or importlib.util.find_spec(name) is None]
+    def installed(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # its parent package is missing
+            return False
+
+    missing = [name for name in ("grpc", "google.protobuf") if not installed(name)]
     if missing:
         raise SystemExit(f"transformWithStateInPandas needs {' and '.join(missing)}: pip install -e '.[bench]' "
                          f"(or leave that peer out with {skip_flag})")

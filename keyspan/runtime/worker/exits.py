@@ -155,7 +155,7 @@ class KeyExtractionError(UserFunctionError):
 _MEMO_KEY_TYPES = frozenset((int, str))
 _MEMO_LIMIT = 100_000
 # max parallelism → {key: key group}, kept by the worker process across tasks and epochs: a key's
-# group never changes, and hashing it again in every epoch's task cost more than routing it
+# group never changes, so it is hashed once per worker instead of once per epoch's task
 _KEY_GROUP_MEMOS: dict[int, dict] = {}
 
 
