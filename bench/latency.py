@@ -68,8 +68,8 @@ class Delivered(SinkFunction):
         self.at[(value[0], value[1])] = time.time()
 
 
-def run(spark, interval_ms: int, args, work: str) -> dict:
-    base = os.path.join(work, f"lat-{interval_ms}")
+def run(spark, interval_ms: int, args, work: str, in_driver: int = 0) -> dict:
+    base = os.path.join(work, f"lat-{interval_ms}-{in_driver}")
     folder = os.path.join(base, "in")
     os.makedirs(folder)
     options.install(options.RunOptions(workdir=os.path.join(base, ".keyspan"), fresh=True))
@@ -77,6 +77,7 @@ def run(spark, interval_ms: int, args, work: str) -> dict:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(interval_ms)
+    env.set_small_epochs_in_driver(in_driver)
     source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), folder).monitor_continuously().build()
     sink = Delivered()
     (env.from_source(source, None, "events").uid("events").key_by(lambda r: r.key)
@@ -129,7 +130,8 @@ def breakdown(r: dict) -> str:
     # previous commit (the commit itself runs while Spark logs the batch and plans the next)
     share = statistics.median([(p.get("tasks.snapshot", 0) + wait(p)) / (wait(p) + p["tasks"])
                                for p in ph]) if ph else 0
-    return (f"    per epoch (median ms): keyspan epoch {epoch:.0f} = previous commit awaited "
+    driver = sum(1 for p in ph if p.get("tasks.in_driver"))
+    return (f"    {driver} of {len(ph)} epochs ran in the driver; per epoch (median ms): keyspan epoch {epoch:.0f} = previous commit awaited "
             f"{med([wait(p) for p in ph]):.0f}, tasks {med([p['tasks'] for p in ph]):.0f} "
             f"[{', '.join(tasks)}]; then, while Spark logs the batch: commit {med([p['commit'] for p in ph]):.0f} "
             f"[{', '.join(commit)}], deliver {med([p['deliver'] for p in ph]):.0f}\n"
@@ -191,6 +193,9 @@ def main():
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=20, help="measured span per interval")
     ap.add_argument("--warmup", type=float, default=5)
+    ap.add_argument("--small-epochs-in-driver", type=int, nargs="+", default=[0], metavar="RECORDS",
+                    help="run each trigger with env.set_small_epochs_in_driver(RECORDS), for each value given "
+                         "(0: every epoch as Spark jobs)")
     ap.add_argument("--floor", action="store_true",
                     help="then time Spark alone on an epoch's shape (same rows, no keyspan) and compare")
     args = ap.parse_args()
@@ -201,9 +206,11 @@ def main():
               f"per key, results delivered after each checkpoint commits; {args.seconds:.0f} s measured after "
               f"{args.warmup:.0f} s warm-up", flush=True)
         for interval in args.intervals:
-            r = run(spark, interval, args, work)
-            print(f"trigger {interval:>5} ms: event landed -> result {pct(r['latency'])}  "
-                  f"({r['events']:,} events, {r['missing']} not delivered)\n{breakdown(r)}", flush=True)
+            for in_driver in args.small_epochs_in_driver:
+                r = run(spark, interval, args, work, in_driver)
+                mode = f", epochs of <= {in_driver:,} records in the driver" if in_driver else ""
+                print(f"trigger {interval:>5} ms{mode}: event landed -> result {pct(r['latency'])}  "
+                      f"({r['events']:,} events, {r['missing']} not delivered)\n{breakdown(r)}", flush=True)
         if args.floor:  # against the last trigger's epochs
             tasks = statistics.median(p["tasks"] for p in r["phases"]) * 1000 if r["phases"] else float("nan")
             rows = max(1, r["events"] // max(1, len(r["phases"])))  # an epoch's records

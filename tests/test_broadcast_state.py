@@ -105,8 +105,11 @@ def _tx_reference(transactions):
     return out
 
 
-def test_rules_broadcast_to_keyed_and_non_keyed_transactions(env):
+@pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
+def test_rules_broadcast_to_keyed_and_non_keyed_transactions(env, in_driver):
+    """Also with every epoch run in the driver, which orders each subtask's input itself."""
     env.set_max_records_per_epoch(TX_PER_EPOCH)
+    env.set_small_epochs_in_driver(in_driver)
     data = TRANSACTIONS[:4 * TX_PER_EPOCH]
     broadcast = _rules_source(env).broadcast(RULES)
     assert isinstance(broadcast, BroadcastStream)

@@ -20,9 +20,10 @@ from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMa
 JOB = Path(__file__).parent / "jobs" / "counting_job.py"
 
 
-def _run_job(workdir: Path, output: Path, extra=()):
+def _run_job(workdir: Path, output: Path, extra=(), in_driver: int = 0):
     # 24 epochs of 100: three kills, each up to 3 epochs plus a moment into a run, land well before the end
-    return start_job(JOB, workdir, {"COUNTING_JOB_OUTPUT": str(output), "COUNTING_JOB_PER_EPOCH": "100"}, extra)
+    return start_job(JOB, workdir, {"COUNTING_JOB_OUTPUT": str(output), "COUNTING_JOB_PER_EPOCH": "100",
+                                    "COUNTING_JOB_IN_DRIVER": str(in_driver)}, extra)
 
 
 def _output(output: Path) -> dict[str, list[str]]:
@@ -65,8 +66,10 @@ def _hold_metadata_store(work: Path, proc, after_epoch: int = 2) -> tuple[sqlite
     raise AssertionError("the job ended (or stalled) before the metadata store could be held between commits")
 
 
-def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_path, reference):
-
+@pytest.mark.parametrize("in_driver", [0, 100], ids=["spark-jobs", "epochs-in-driver"])
+def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_path, reference, in_driver):
+    """Also with every epoch run in the driver (``set_small_epochs_in_driver``), against the same clean
+    run of Spark jobs."""
     seed = crash_seed()
     work, out = tmp_path / "crashy", tmp_path / "crashy-out"
 
@@ -74,7 +77,10 @@ def test_sigkill_driver_at_random_moments_gives_same_output_as_clean_run(tmp_pat
         published = {int(name.split("-")[1]) for name in _output(out)}
         assert all(e <= committed_epoch(work) for e in published), f"seed {seed}"
 
-    err = run_with_kills(lambda: _run_job(work, out), work, 3, seed, after_kill=only_committed_epochs_visible)
+    # epochs in the driver take milliseconds: kill sooner, or the 24 epochs end before the third kill
+    pace = {"epochs_between": (1, 2), "jitter_s": 0.15} if in_driver else {}
+    err = run_with_kills(lambda: _run_job(work, out, in_driver=in_driver), work, 3, seed,
+                         after_kill=only_committed_epochs_visible, **pace)
     assert "resuming job 'counting' from checkpoint" in err
     assert _output(out) == reference, f"seed {seed}"
     counts = Counter()

@@ -56,10 +56,13 @@ def _source(bootstrap, topic, start=None, bounded=True, group=None):
     return b.build()
 
 
-def test_bounded_read_keyed_count_exactly_once_to_kafka(env, kafka_broker):
+@pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
+def test_bounded_read_keyed_count_exactly_once_to_kafka(env, kafka_broker, in_driver):
+    """Also with every epoch run in the driver: it reads the topic and writes the transactions itself."""
     src, dst = new_topic(kafka_broker, 3), new_topic(kafka_broker, 2)
     produce(kafka_broker, src, [(None, f"k{i % 7}") for i in range(300)], partition_of=lambda i: i % 3)
     env.set_max_records_per_epoch(70)
+    env.set_small_epochs_in_driver(in_driver)
     sink = (KafkaSink.builder().set_bootstrap_servers(kafka_broker)
             .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(dst)
                                    .set_value_serialization_schema(SimpleStringSchema()).build())
@@ -182,7 +185,10 @@ def test_starting_offsets_earliest_latest_committed_timestamp(env, kafka_broker)
     assert got == sorted((f"v{i}", base + i * 1000) for i in range(12, 20))
 
 
-def test_malformed_record_fails_with_topic_partition_and_offset(env, kafka_broker):
+@pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
+def test_malformed_record_fails_with_topic_partition_and_offset(env, kafka_broker, in_driver):
+    """In the driver the record fails the epoch there, which then runs (and fails) as Spark jobs."""
+    env.set_small_epochs_in_driver(in_driver)
     class JsonValue:
         def deserialize(self, data: bytes):
             return json.loads(data)["k"]
@@ -200,7 +206,9 @@ def test_malformed_record_fails_with_topic_partition_and_offset(env, kafka_broke
     assert len(text) < 700 and "Traceback" not in text
 
 
-def test_malformed_records_go_to_the_dead_letter_output_and_the_job_goes_on(env, kafka_broker):
+@pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
+def test_malformed_records_go_to_the_dead_letter_output_and_the_job_goes_on(env, kafka_broker, in_driver):
+    env.set_small_epochs_in_driver(in_driver)
     from keyspan.common import Types
     from keyspan.connectors.dead_letter import ErrorPolicy
     from keyspan.datastream import OutputTag

@@ -71,6 +71,7 @@ SUPPORTED = {
     "python.executable": lambda env, k, v: env.set_python_executable(v),
     "python.client.executable": lambda env, k, v: None,  # the driver is the Python that runs the job
     "pipeline.name": lambda env, k, v: None,  # execute(job_name) names the job
+    "keyspan.small-epochs-in-driver.max-records": lambda env, k, v: env.set_small_epochs_in_driver(int(v)),
     "keyspan.vectorized-aggregation":
         lambda env, k, v: env.set_vectorized_aggregation(str(v).strip().lower() in ("true", "1", "yes", "on")),
 }

@@ -36,6 +36,7 @@ class StreamExecutionEnvironment:
         self._checkpoint_config = CheckpointConfig()
         self._state_backend = HashMapStateBackend()
         self._max_records_per_epoch: int | None = None
+        self._small_epochs_in_driver = 0
         self._spark = None
         self._config = ExecutionConfig()
         self._time_characteristic = TimeCharacteristic.EventTime
@@ -259,6 +260,20 @@ class StreamExecutionEnvironment:
 
     def get_max_records_per_epoch(self) -> int | None:
         return self._max_records_per_epoch
+
+    def set_small_epochs_in_driver(self, max_records: int) -> "StreamExecutionEnvironment":
+        """keyspan: run an epoch whose input holds at most ``max_records`` records in the driver process
+        instead of as Spark jobs (0, the default: never). Spark's jobs cost an epoch a few hundred ms
+        whatever it holds; a small epoch takes the driver a few ms, so results of a small stream arrive
+        sooner. Same results, checkpoints and guarantees; the driver then holds the state of the
+        subtasks it ran. Only for jobs whose sources are all keyspan sources (docs/architecture.md)."""
+        if max_records < 0:
+            raise ValueError("max records of an epoch run in the driver must be >= 0 (0: never)")
+        self._small_epochs_in_driver = int(max_records)
+        return self
+
+    def get_small_epochs_in_driver(self) -> int:
+        return self._small_epochs_in_driver
 
     def set_spark_session(self, spark) -> "StreamExecutionEnvironment":
         """keyspan: run on this SparkSession instead of the active (or a new local) one."""

@@ -62,6 +62,8 @@ class JobCollector:
         yield _counter("keyspan_numberOfFailedCheckpoints", "failed checkpoints", job, s["failed_checkpoints"])
         yield gauge("restoreDuration", "milliseconds the run's first epoch took after restoring state", s["restore_ms"])
         yield _counter("keyspan_numRestarts", "restarts of the job", job, s["restarts"])
+        yield _counter("keyspan_numEpochsInDriver", "committed epochs the driver ran itself instead of Spark jobs "
+                       "(set_small_epochs_in_driver)", job, s["epochs_in_driver"])
         yield _counter("keyspan_numRescales", "live rescales of the running job", job, s["rescales"])
         yield gauge("lastRescalePause", "milliseconds from the last live rescale request to the first epoch "
                     "committed at the new parallelism", s["last_rescale_pause_ms"])

@@ -30,6 +30,7 @@ class JobMetrics:
         self.recent_out: dict[tuple[int, int], deque] = {}
         self.user: dict[tuple, dict] = {}  # (operator, subtask, scope, labels, name) → merged value
         self.epochs = 0
+        self.epochs_in_driver = 0  # of them, epochs the driver ran itself (small epochs in the driver)
         self.records = 0
         self.last_epoch = None
         self.last_epoch_duration = None
@@ -50,7 +51,7 @@ class JobMetrics:
 
     # -- recording (driver loop) -----------------------------------------------------------------
     def epoch_committed(self, epoch: int, reports: dict, started: float, ended: float, bytes_written: int,
-                        manifest: dict, event_time: dict, records: int) -> None:
+                        manifest: dict, event_time: dict, records: int, in_driver: bool = False) -> None:
         with self.lock:
             for (stage, subtask), report in reports.items():
                 n = report.records
@@ -64,6 +65,7 @@ class JobMetrics:
                 for m in report.metrics:
                     self._merge_user(m)
             self.epochs += 1
+            self.epochs_in_driver += in_driver
             self.records += records
             self._recent_job.append((ended, records))
             _trim(self._recent_job, ended)
@@ -165,7 +167,8 @@ class JobMetrics:
                 totals = {f: sum(x[f] for x in subtasks) for f in subtasks[0] if f != "subtask"} if subtasks else {}
                 operators.append({**s, **totals, "subtasks": subtasks})
             return {
-                "job": self.job_id, "uptime_s": now - self.started, "epochs": self.epochs, "records": self.records,
+                "job": self.job_id, "uptime_s": now - self.started, "epochs": self.epochs,
+                "epochs_in_driver": self.epochs_in_driver, "records": self.records,
                 "records_per_second": self._job_rate(now), "last_epoch": self.last_epoch,
                 "last_epoch_ms": None if self.last_epoch_duration is None else self.last_epoch_duration * 1000,
                 "last_checkpoint": self.last_checkpoint, "completed_checkpoints": self.completed_checkpoints,

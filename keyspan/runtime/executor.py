@@ -374,6 +374,8 @@ class JobRunner:
         finally:
             if self._committer is not None:
                 self._committer.shutdown()  # a commit under way ends before the claim is released
+            if self.stages is not None:
+                self.stages.close()
             self._release()
 
     def _run(self) -> JobExecutionResult:
@@ -427,7 +429,8 @@ class JobRunner:
         dependencies = self.env.get_python_dependencies()
         spark_session.prepare_session(spark)
         spark_session.ship_dependencies(spark, dependencies, self.options.workdir)
-        self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch(), batch=self.batch)
+        self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch(), batch=self.batch,
+                                  driver_max_records=self.env.get_small_epochs_in_driver())
         offsets = latest["source_offsets"] if (latest and new_run) else None
         if offsets is not None and not all(t.spec.restorable for t in plan.sources):
             raise JobExecutionError(
@@ -733,10 +736,12 @@ class JobRunner:
             time_ctx = self._time_context(offsets, end_of_input)
             ctx = self._epoch_context(epoch, time_ctx, reads)
             driver_rows = []
+            in_driver = [False]
 
             def execute() -> list[bytes]:
                 rows = self.stages.run(batch_df, ctx)
                 driver_rows[:] = rows.driver
+                in_driver[0] = rows.in_driver
                 return rows.control
 
             reports = self.coordinator.run_epoch(epoch, execute, is_storage_failure=_storage_failure,
@@ -744,7 +749,8 @@ class JobRunner:
             self.observer.phase("tasks", **{  # the slowest task's state loading, record processing and state writes
                 "tasks.restore": max((r.restore_ms for r in reports.values()), default=0) / 1000,
                 "tasks.busy": max((r.busy_ms for r in reports.values()), default=0) / 1000,
-                "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000})
+                "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000,
+                "tasks.in_driver": in_driver[0]})
             if self._committer is None:
                 self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"keyspan-commit-{self.job_id}")
             self._committing = self._committer.submit(self._commit, epoch, offsets, reports, driver_rows, time_ctx)

@@ -74,7 +74,8 @@ class JobObserver:
             self.metrics.restored(ended - started)
             self.restoring = False
         self.metrics.epoch_committed(epoch, reports, started, ended, bytes_written, manifest,
-                                     self.runner.committed.get("event_time"), records)
+                                     self.runner.committed.get("event_time"), records,
+                                     in_driver=bool(self.phases.get("tasks.in_driver")))
         self._record_backlog()
         if self.autoscaler is not None:
             self.autoscaler.epoch_committed(autoscaler.sample_of(self.runner, reports, started, ended))

@@ -21,6 +21,7 @@ from keyspan.runtime.protocol import (
     EpochContext,
     encode_context,
 )
+from keyspan.runtime.driver_epoch import DriverEpochs, runs_in_driver
 from keyspan.runtime.worker.task import make_stage_function
 
 
@@ -28,11 +29,15 @@ from keyspan.runtime.worker.task import make_stage_function
 class EpochRows:
     control: list[bytes]  # pickled TaskReports of the terminal tasks
     driver: list[tuple[int, bytes]]  # (subtask, pickled driver-sink records)
+    in_driver: bool = False  # the epoch ran in the driver process, not as Spark jobs (``DriverEpochs``)
 
 
 class SparkStages:
-    def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None, batch: bool = False):
+    def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None, batch: bool = False,
+                 driver_max_records: int = 0):
         self.plan = plan
+        self.driver_max_records = driver_max_records  # an epoch of at most this many records runs in the driver
+        self._in_driver: DriverEpochs | None = None
         self.spark = spark
         self.max_records_per_epoch = max_records_per_epoch
         self.batch = batch  # BATCH execution mode: no per-epoch limit, the whole input in one epoch
@@ -56,6 +61,13 @@ class SparkStages:
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
         self._routing = {}
         self._functions = {}
+        self.close()
+
+    def close(self) -> None:
+        """The run ended (or was replanned): the driver forgets the operators it ran."""
+        if self._in_driver is not None:
+            self._in_driver.close()
+            self._in_driver = None
 
     def _stage_of(self, source):
         return next(s for s in self.plan.stages if s.source is source)
@@ -180,20 +192,39 @@ class SparkStages:
             from pyspark.sql.pandas.functions import pandas_udf
             from pyspark.util import PythonEvalType
 
-            stage = next(s for s in self.plan.stages if s.plan.stage_id == stage_id)
-            index = next((i for i, t in enumerate(self.plan.sources) if t is stage.source), None)
-            reader = serde.dumps_function(self.readers[index]) if index in self.readers else None
-            udf = pandas_udf(make_stage_function(*self.stage_code[stage_id], reader), returnType=self.output_type,
+            udf = pandas_udf(make_stage_function(*self.stage_code[stage_id], self._reader_code(stage_id)),
+                             returnType=self.output_type,
                              functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
             names = [F.col("`" + c.replace("`", "``") + "`") for c in df.columns]
             column = self._functions[stage_id] = udf(*names)._jc
         return DataFrame(df._jdf.mapInArrow(column, False, None), df.sparkSession)
 
+    def _reader_code(self, stage_id: int) -> bytes | None:
+        """The pickled ``SourceReader`` a keyspan source's stage reads with (None for other stages)."""
+        stage = next(s for s in self.plan.stages if s.plan.stage_id == stage_id)
+        index = next((i for i, t in enumerate(self.plan.sources) if t is stage.source), None)
+        return serde.dumps_function(self.readers[index]) if index in self.readers else None
+
+    def _driver_epochs(self) -> DriverEpochs | None:
+        if self._in_driver is None and self.driver_max_records and runs_in_driver(self.plan, self.readers):
+            self._in_driver = DriverEpochs(self.plan, self.stage_code, {
+                s.plan.stage_id: self._reader_code(s.plan.stage_id) for s in self.plan.stages if s.source is not None},
+                self.driver_max_records)
+        return self._in_driver
+
     # -- one epoch ------------------------------------------------------------------------------------
     def run(self, batch_df, ctx: EpochContext) -> EpochRows:
+        context = encode_context(ctx)
+        in_driver = self._driver_epochs()
+        rows = in_driver.run(ctx, context) if in_driver is not None else None
+        if rows is not None:
+            return _epoch_rows(rows, in_driver=True)
+        return _epoch_rows(self._run_on_spark(batch_df, ctx, context))
+
+    def _run_on_spark(self, batch_df, ctx: EpochContext, context: str) -> list:
+        """The epoch as Spark jobs: the rows of its terminal tasks."""
         from pyspark.sql import functions as F
 
-        context = encode_context(ctx)
         plan = self.plan
         outputs = {}
         consumers = {s.plan.stage_id: 0 for s in plan.stages}
@@ -235,17 +266,22 @@ class SparkStages:
             elif any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
         try:
-            result = _collect_all(self.spark.sparkContext, finals, context)  # each has OUTPUT_SCHEMA's columns
+            return _collect_all(self.spark.sparkContext, finals, context)  # each has OUTPUT_SCHEMA's columns
         finally:
             for df in persisted:
                 df.unpersist()
-        rows = EpochRows([], [])
-        for row in result:
-            if row["_ks_exit"] == CONTROL_EXIT:
-                rows.control.append(bytes(row["_ks_ctl"]))
-            elif row["_ks_exit"] == DRIVER_EXIT:
-                rows.driver.append((row["_ks_sub"], bytes(row["payload"])))
-        return rows
+
+
+def _epoch_rows(result, in_driver: bool = False) -> EpochRows:
+    """The control rows of terminal tasks and the driver-sink rows among ``result`` (rows sent on
+    through an exchange carry that exchange's id)."""
+    rows = EpochRows([], [], in_driver)
+    for row in result:
+        if row["_ks_exit"] == CONTROL_EXIT:
+            rows.control.append(bytes(row["_ks_ctl"]))
+        elif row["_ks_exit"] == DRIVER_EXIT:
+            rows.driver.append((row["_ks_sub"], bytes(row["payload"])))
+    return rows
 
 
 def _collect_all(sc, frames, context: str) -> list:

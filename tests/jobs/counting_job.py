@@ -35,6 +35,7 @@ class Count(KeyedProcessFunction):
 env = StreamExecutionEnvironment.get_execution_environment()
 env.set_parallelism(2)
 env.set_max_records_per_epoch(PER_EPOCH)
+env.set_small_epochs_in_driver(int(os.environ.get("COUNTING_JOB_IN_DRIVER", "0")))
 env.get_checkpoint_config().set_max_delta_chain(4)
 records = [(f"key-{i % KEYS:03d}", i) for i in range(RECORDS)]
 (env.from_collection(records).uid("numbers")

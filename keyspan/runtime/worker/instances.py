@@ -46,27 +46,31 @@ def _overrides_on_timer(function) -> bool:
                                                      KeyedCoProcessFunction.on_timer)
 
 
-def evict_idle_instances(run_id: str) -> None:
-    """Python workers live across jobs: drop cached operators of other runs once they sit idle, so a
-    long-lived worker does not keep every finished job's state in memory."""
-    now = time.monotonic()
+def _drop(dropped) -> None:
     for key, inst in list(_INSTANCES.items()):
-        if key[0] != run_id and now - inst.last_used > IDLE_INSTANCE_SECONDS:
+        if dropped(key, inst):
             del _INSTANCES[key]
             close = getattr(inst.backend, "close", None)
             if close is not None:
                 close()
+
+
+def evict_idle_instances(run_id: str) -> None:
+    """Python workers live across jobs: drop cached operators of other runs once they sit idle, so a
+    long-lived worker does not keep every finished job's state in memory."""
+    now = time.monotonic()
+    _drop(lambda key, inst: key[0] != run_id and now - inst.last_used > IDLE_INSTANCE_SECONDS)
 
 
 def drop_other_parallelism(run_id: str, uid: str, parallelism: int) -> None:
     """After a live rescale, instances cached at the old parallelism hold key groups (or operator
     state) that other subtasks now own and restore: free them."""
-    for key, inst in list(_INSTANCES.items()):
-        if key[0] == run_id and key[1] == uid and inst.parallelism != parallelism:
-            del _INSTANCES[key]
-            close = getattr(inst.backend, "close", None)
-            if close is not None:
-                close()
+    _drop(lambda key, inst: key[0] == run_id and key[1] == uid and inst.parallelism != parallelism)
+
+
+def drop_run(run_id: str) -> None:
+    """A run ended: free its cached operators in this process (the driver, after epochs it ran itself)."""
+    _drop(lambda key, inst: key[0] == run_id)
 
 
 class OperatorInstance:

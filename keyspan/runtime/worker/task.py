@@ -53,9 +53,7 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
     A keyspan source's stage gets its ``SourceReader`` too: each of its tasks reads one input partition."""
 
     def run(batches):
-        plan = _PLANS.get(digest)
-        if plan is None:
-            plan = _PLANS[digest] = serde.loads(plan_bytes)
+        plan = stage_plan(plan_bytes, digest)
         from pyspark import TaskContext
 
         tc = TaskContext.get()
@@ -71,10 +69,7 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
             # outputs, Spark's partition id counts the partitions of the inputs before it too). The input
             # is read to its end: a Python worker that leaves input unread is not reused for other tasks
             (subtask,) = [i for batch in batches for i in batch.column(0).to_pylist()]
-            reader = _READERS.get(reader_bytes)
-            if reader is None:
-                reader = _READERS[reader_bytes] = serde.loads(reader_bytes)
-            batches = reader.read(ctx.reads[plan.stage_id][subtask])
+            batches = source_reader(reader_bytes).read(ctx.reads[plan.stage_id][subtask])
         elif plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
             # A partition id is not the subtask once Spark unions stage outputs; every partition of an
             # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
@@ -86,6 +81,23 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
         yield from StageTask(plan, ctx, subtask, attempt).run(batches)
 
     return run
+
+
+def stage_plan(plan_bytes: bytes, digest: str) -> StagePlan:
+    """A stage's plan, unpickled once per process."""
+    plan = _PLANS.get(digest)
+    if plan is None:
+        plan = _PLANS[digest] = serde.loads(plan_bytes)
+    return plan
+
+
+def source_reader(reader_bytes: bytes):
+    """A source stage's ``SourceReader``, unpickled once per process: every task reads with its own copy
+    of the driver's reader, never the driver's reader itself."""
+    reader = _READERS.get(reader_bytes)
+    if reader is None:
+        reader = _READERS[reader_bytes] = serde.loads(reader_bytes)
+    return reader
 
 
 class StageTask(OperatorChain):

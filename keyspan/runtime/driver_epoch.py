@@ -1,0 +1,108 @@
+"""Small epochs run in the driver process instead of as Spark jobs (opt-in:
+``StreamExecutionEnvironment.set_small_epochs_in_driver``).
+
+An epoch run as Spark jobs costs Spark two Python stages and an exchange: 200–350 ms on a small
+machine whatever the epoch holds (docs/benchmarks.md), which bounds latency. An epoch of a few
+thousand records takes the driver a few ms. The driver runs exactly what the tasks would run — a
+``StageTask`` per stage and subtask, with the same epoch context, reports and checkpoint files —
+and does the exchange itself by each row's subtask column, so the commit protocol is unchanged.
+State-wise the driver is one more Python process a subtask can run in: its operator instances stay
+cached there across driver epochs, and when an epoch is too large and runs on Spark again, the
+workers catch up from the checkpoint as they do whenever Spark moves a subtask.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+
+from keyspan.common.logs import get_logger
+from keyspan.connectors.sources import SplitChunk
+from keyspan.runtime.planner import InputFormat, PhysicalPlan
+from keyspan.runtime.protocol import OUTPUT_SCHEMA, EpochContext, decode_context
+from keyspan.runtime.worker import instances
+from keyspan.runtime.worker.task import StageTask, source_reader, stage_plan
+
+log = get_logger("keyspan.runtime")
+
+
+def runs_in_driver(plan: PhysicalPlan, readers: dict) -> bool:
+    """Only jobs whose every source is a keyspan source: the driver reads their input itself. A Spark
+    DataFrame source's rows exist only inside Spark's own jobs."""
+    return len(readers) == len(plan.sources) and all(
+        s.plan.input_format in (InputFormat.CHUNKS, InputFormat.EXCHANGE) for s in plan.stages)
+
+
+class DriverEpochs:
+    """Runs an epoch in the driver when its input holds at most ``max_records`` records."""
+
+    def __init__(self, plan: PhysicalPlan, stage_code: dict, reader_code: dict, max_records: int):
+        self.plan = plan
+        self.stage_code = stage_code  # stage id → (pickled plan, digest), as the Spark tasks get them
+        self.reader_code = reader_code  # source stage id → its pickled SourceReader
+        self.max_records = max_records
+        self.run_ids: set[str] = set()
+
+    def run(self, ctx: EpochContext, context: str) -> list[dict] | None:
+        """Every row the epoch's tasks return (the driver keeps the control and driver-sink rows), or
+        None when its input is larger than ``max_records``: it then runs as Spark jobs. ``context``: the
+        encoded epoch context, decoded as each task decodes it, so the tasks share no object with the driver."""
+        try:
+            inputs = self._read(ctx)
+            return None if inputs is None else self._run(decode_context(context), inputs)
+        except Exception as exc:  # noqa: BLE001 — Spark runs it again, as it retries a failed task
+            log.warning("epoch %s failed in the driver (%s); running it again as Spark jobs",
+                        ctx.epoch, (str(exc).splitlines() or [type(exc).__name__])[0][:300])
+            log.debug("the driver's failure", exc_info=True)
+            return None
+
+    def _run(self, ctx: EpochContext, inputs: dict[int, list[list]]) -> list[dict]:
+        self.run_ids.add(ctx.run_id)
+        outputs: dict[int, list[dict]] = {}
+        for s in self.plan.stages:
+            plan = stage_plan(*self.stage_code[s.plan.stage_id])
+            if s.source is not None:
+                tasks = enumerate(inputs[plan.stage_id])
+            else:
+                tasks = self._exchange(s, outputs).items()
+            rows = []
+            for subtask, batches in tasks:
+                for batch in StageTask(plan, ctx, subtask, 0).run(iter(batches)):
+                    rows.extend(batch.to_pylist())
+            outputs[plan.stage_id] = rows
+        return [row for rows in outputs.values() for row in rows]
+
+    def _read(self, ctx: EpochContext) -> dict[int, list[list]] | None:
+        """Each source task's chunks, read here as its task would read them; None past the limit."""
+        budget = self.max_records
+        inputs = {}
+        for stage_id, partitions in ctx.reads.items():
+            reader = source_reader(self.reader_code[stage_id])
+            inputs[stage_id] = []
+            for partition in partitions:
+                chunks = []
+                for chunk in reader.read(partition):
+                    budget -= len(chunk.records if type(chunk) is SplitChunk else chunk)
+                    if budget < 0:
+                        return None
+                    chunks.append(chunk)
+                inputs[stage_id].append(chunks)
+        return inputs
+
+    def _exchange(self, stage, outputs: dict[int, list[dict]]) -> dict[int, list[pa.RecordBatch]]:
+        """Subtask → its input, as ``repartitionById`` on the subtask column delivers it: every
+        upstream row sent through an exit this stage reads, broadcast-side inputs first."""
+        inputs = sorted(stage.inputs, key=lambda edge: edge not in stage.broadcast_inputs)
+        rows = defaultdict(list)
+        for up, exit_id in inputs:
+            for row in outputs[up]:
+                if row["_ks_exit"] == exit_id:
+                    rows[row["_ks_sub"]].append(row)
+        return {sub: [pa.RecordBatch.from_pylist(rows[sub], schema=OUTPUT_SCHEMA)] if rows[sub] else []
+                for sub in range(stage.plan.parallelism)}
+
+    def close(self) -> None:
+        """Free the operator instances the driver cached for this job's runs."""
+        for run_id in self.run_ids:
+            instances.drop_run(run_id)

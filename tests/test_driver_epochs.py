@@ -1,0 +1,175 @@
+"""Small epochs in the driver (``set_small_epochs_in_driver``): the same results, state and checkpoints as
+epochs run as Spark jobs, epochs that move between the driver and Spark's workers keep their state, and a
+failure in the driver runs the epoch again on Spark, as Spark retries a failed task."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+from keyspan.common import Duration, Time, WatermarkStrategy
+from keyspan.common.watermark_strategy import TimestampAssigner
+from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
+from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
+from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
+from keyspan.datastream.window import TumblingEventTimeWindows
+
+DRIVER = os.getpid()  # the test process is the job's driver
+
+
+class Count(KeyedProcessFunction):
+    """Per key: how many records so far, and how many of each value; the pid of the process it ran in."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.per_value = runtime_context.get_map_state(MapStateDescriptor("per_value"))
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        self.per_value.put(value.v, (self.per_value.get(value.v) or 0) + 1)
+        yield "count", value.key, n, len(list(self.per_value.keys())), os.getpid()
+
+
+class Ts(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value.ts
+
+
+def _files(folder, sizes):
+    """One JSON-lines file per size: records of 5 keys, timestamps rising by 100 ms per record."""
+    folder.mkdir()
+    n = 0
+    for i, size in enumerate(sizes):
+        lines = []
+        for _ in range(size):
+            lines.append(json.dumps({"key": f"k{n % 5}", "ts": 100 * n, "v": n % 3}))
+            n += 1
+        (folder / f"part-{i:03d}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _run(folder, in_driver: int, backend=HashMapStateBackend):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.set_state_backend(backend())
+    env.set_small_epochs_in_driver(in_driver)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
+        .set_max_files_per_epoch(1).build()
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Ts())
+    events = env.from_source(source, strategy, "events").uid("events")
+    counts = events.key_by(lambda r: r.key).process(Count()).uid("count")
+    sums = (events.map(lambda r: (r.key, r.v)).key_by(lambda t: t[0])
+            .window(TumblingEventTimeWindows.of(Time.seconds(1))).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sum")
+            .map(lambda t: ("window", t[0], t[1], 0, os.getpid())))
+    return list(counts.union(sums).execute_and_collect())
+
+
+def _without_pid(rows):
+    return Counter(r[:4] for r in rows)
+
+
+def test_small_epochs_run_in_the_driver_with_the_results_of_spark_jobs(workdir):
+    _files(workdir / "in", [12, 7, 20, 9])
+    on_spark = _run(workdir / "in", 0)
+    in_driver = _run(workdir / "in", 1000)
+    assert {r[4] for r in on_spark} and DRIVER not in {r[4] for r in on_spark}
+    assert {r[4] for r in in_driver} == {DRIVER}  # every record of every operator was processed here
+    assert _without_pid(in_driver) == _without_pid(on_spark)
+    assert sum(1 for r in on_spark if r[0] == "window") == 5 * 5  # 48 records: 5 windows of 5 keys fired
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_epochs_moving_between_the_driver_and_spark_keep_their_state(workdir, backend):
+    """Files of 4 and 40 records, one per epoch, at most 10 records in the driver: epochs alternate, so each
+    subtask's state goes from the driver to a Spark worker and back, caught up from the checkpoint."""
+    sizes = [4, 40, 4, 4, 40, 4, 40, 4]
+    _files(workdir / "in", sizes)
+    mixed = _run(workdir / "in", 10, backend)
+    on_spark = _run(workdir / "in", 0, backend)
+    assert _without_pid(mixed) == _without_pid(on_spark)
+    count_pids = [r[4] for r in mixed if r[0] == "count"]  # in file order within a key
+    ran_in_driver = Counter(pid == DRIVER for pid in count_pids)
+    assert ran_in_driver[True] == sum(s for s in sizes if s <= 10)
+    assert ran_in_driver[False] == sum(s for s in sizes if s > 10)
+    finals = {}
+    for _, key, n, _, _ in (r for r in mixed if r[0] == "count"):
+        finals[key] = max(finals.get(key, 0), n)
+    assert finals == {f"k{i}": sum(sizes) // 5 for i in range(5)}
+
+
+class FailInDriverOnce(KeyedProcessFunction):
+    """Fails at one record the first time, after changing state for the records before it."""
+
+    def __init__(self, marker: str, poison: int):
+        self.marker = marker
+        self.poison = poison
+
+    def open(self, runtime_context):
+        self.total = runtime_context.get_state(ValueStateDescriptor("total"))
+
+    def process_element(self, value, ctx):
+        self.total.update((self.total.value() or 0) + value[1])
+        if value[1] == self.poison and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("injected failure")
+        yield ctx.get_current_key(), self.total.value(), value[1], os.getpid()
+
+
+def test_a_failure_in_the_driver_runs_the_epoch_again_as_spark_jobs(env, workdir, caplog):
+    env.set_max_records_per_epoch(40)
+    env.set_small_epochs_in_driver(1000)
+    data = [(f"k{i % 3}", i) for i in range(120)]
+    marker = str(workdir / "failed-once")
+    out = list(env.from_collection(data).key_by(lambda r: r[0]).process(FailInDriverOnce(marker, poison=57))
+               .execute_and_collect())
+    assert os.path.exists(marker), "the failure was not injected"
+    where = {value: pid for _, _, value, pid in out}
+    assert {where[v] == DRIVER for v in range(40, 80)} == {False}  # the failed epoch ran on Spark
+    assert {where[v] == DRIVER for v in (*range(40), *range(80, 120))} == {True}  # the others in the driver
+    totals = {}
+    for key, total, _, _ in out:
+        totals[key] = max(totals.get(key, 0), total)
+    assert totals == {f"k{j}": sum(i for i in range(120) if i % 3 == j) for j in range(3)}
+    assert len(out) == len(data)
+    assert "epoch 1 failed in the driver (keyspan.UserFunctionError: operator" in caplog.text
+
+
+def test_a_function_that_always_fails_fails_the_job_with_its_error(env, workdir):
+    from keyspan.runtime.executor import JobExecutionError
+
+    env.set_small_epochs_in_driver(1000)
+
+    def broken(r):
+        raise ValueError(f"cannot handle {r}")
+
+    with pytest.raises(JobExecutionError) as failure:
+        env.from_collection([1, 2, 3]).map(broken).uid("broken").execute_and_collect()
+    assert "ValueError: cannot handle" in str(failure.value)
+    assert "broken" in str(failure.value)
+
+
+def test_the_epochs_run_in_the_driver_are_counted_in_the_job_metrics(workdir):
+    from prometheus_client import generate_latest
+
+    from keyspan.datastream import SinkFunction
+    from keyspan.metrics.prometheus import job_registry
+
+    class Drop(SinkFunction):
+        def invoke(self, value, context):
+            pass
+
+    _files(workdir / "in", [4, 40, 4, 40, 4])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.set_small_epochs_in_driver(10)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(workdir / "in")) \
+        .set_max_files_per_epoch(1).build()
+    env.from_source(source, None, "events").key_by(lambda r: r.key).process(Count()).uid("count").add_sink(Drop())
+    result = env.execute("in-driver-metrics")
+    assert result.metrics.summary()["epochs_in_driver"] == 3
+    assert [p["tasks.in_driver"] for p in result.epoch_phases] == [True, False, True, False, True]
+    assert 'keyspan_numEpochsInDriver_total{job="in-driver-metrics"} 3.0' in generate_latest(
+        job_registry(result.metrics)).decode()
