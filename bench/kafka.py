@@ -176,14 +176,16 @@ def file_throughput(work, n, keys, per_epoch) -> float:
     return n / (time.perf_counter() - start)
 
 
-def latency(bootstrap, work, keys, rate, seconds) -> list[float]:
-    src, dst = topic(bootstrap, "lat-in", 4), topic(bootstrap, "lat-out", 4)
-    env = env_for(work, "kafka-latency", 100_000)
+def latency(bootstrap, work, keys, rate, seconds, in_driver: int = 0) -> list[float]:
+    job = f"kafka-latency-{in_driver}"
+    src, dst = topic(bootstrap, f"{job}-in", 4), topic(bootstrap, f"{job}-out", 4)
+    env = env_for(work, job, 100_000)
     env.enable_checkpointing(200)
+    env.set_small_epochs_in_driver(in_driver)
     (env.from_source(source(bootstrap, src, bounded=False), None, "events").uid("events")
         .key_by(lambda v: v.split(",", 1)[0]).process(RunningSum()).uid("sum")
         .sink_to(sink(bootstrap, dst, DeliveryGuarantee.EXACTLY_ONCE)).uid("out"))
-    runner = threading.Thread(target=lambda: env.execute("kafka-latency"), daemon=True)
+    runner = threading.Thread(target=lambda: env.execute(job), daemon=True)
     runner.start()
     produce(bootstrap, src, events(keys, keys, int(time.time() * 1000)))  # warm the job up
     time.sleep(20)
@@ -214,11 +216,11 @@ def latency(bootstrap, work, keys, rate, seconds) -> list[float]:
     consumer.close()
     from keyspan.checkpoint.metadata import MetadataStore
     store = MetadataStore(options.current().metadata())
-    api = store.get_job("kafka-latency")["api_url"]
+    api = store.get_job(job)["api_url"]
     import httpx
 
     from keyspan.rest.auth import auth_headers
-    httpx.post(f"{api}/jobs/kafka-latency/stop", json={"savepoint": False},
+    httpx.post(f"{api}/jobs/{job}/stop", json={"savepoint": False},
                headers=auth_headers(options.current().workdir), timeout=30)
     runner.join(120)
     return lat
@@ -232,6 +234,10 @@ def main():
     ap.add_argument("--rate", type=int, default=2_000)
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--bootstrap")
+    ap.add_argument("--small-epochs-in-driver", type=int, nargs="+", default=[0], metavar="RECORDS",
+                    help="measure the latency with env.set_small_epochs_in_driver(RECORDS), for each value given "
+                         "(0: every epoch as Spark jobs)")
+    ap.add_argument("--latency-only", action="store_true", help="skip the throughput runs")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="keyspan-kafka-bench-")
     broker = None
@@ -243,18 +249,21 @@ def main():
         get_or_create_spark(2)
         # not measured: the first job of a process starts Spark's Python workers
         file_throughput(os.path.join(work, "warm-up"), min(args.events, 10_000), args.keys, args.per_epoch)
-        file_rate = file_throughput(work, args.events, args.keys, args.per_epoch)
-        alo = throughput(bootstrap, work, args.events, args.keys, args.per_epoch, DeliveryGuarantee.AT_LEAST_ONCE)
-        eo = throughput(bootstrap, work, args.events, args.keys, args.per_epoch, DeliveryGuarantee.EXACTLY_ONCE)
-        lat = latency(bootstrap, work, args.keys, args.rate, args.seconds)
-        print(f"\n{args.events:,} events, {args.keys:,} keys, {args.per_epoch:,} per epoch, parallelism 2")
-        print(f"file source -> file sink (EXACTLY_ONCE)  {file_rate:>10,.0f} events/s")
-        print(f"Kafka -> Kafka AT_LEAST_ONCE            {alo:>10,.0f} events/s")
-        print(f"Kafka -> Kafka EXACTLY_ONCE             {eo:>10,.0f} events/s")
-        if lat:
-            q = statistics.quantiles(lat, n=100)
-            print(f"end-to-end latency EXACTLY_ONCE, 200 ms trigger, {args.rate}/s: p50 {q[49]:,.0f} ms  "
-                  f"p99 {q[98]:,.0f} ms  ({len(lat):,} events)")
+        if not args.latency_only:
+            file_rate = file_throughput(work, args.events, args.keys, args.per_epoch)
+            alo = throughput(bootstrap, work, args.events, args.keys, args.per_epoch, DeliveryGuarantee.AT_LEAST_ONCE)
+            eo = throughput(bootstrap, work, args.events, args.keys, args.per_epoch, DeliveryGuarantee.EXACTLY_ONCE)
+            print(f"\n{args.events:,} events, {args.keys:,} keys, {args.per_epoch:,} per epoch, parallelism 2")
+            print(f"file source -> file sink (EXACTLY_ONCE)  {file_rate:>10,.0f} events/s")
+            print(f"Kafka -> Kafka AT_LEAST_ONCE            {alo:>10,.0f} events/s")
+            print(f"Kafka -> Kafka EXACTLY_ONCE             {eo:>10,.0f} events/s")
+        for in_driver in args.small_epochs_in_driver:
+            lat = latency(bootstrap, work, args.keys, args.rate, args.seconds, in_driver)
+            mode = f", epochs of <= {in_driver:,} records in the driver" if in_driver else ""
+            if lat:
+                q = statistics.quantiles(lat, n=100)
+                print(f"end-to-end latency EXACTLY_ONCE, 200 ms trigger, {args.rate}/s{mode}: p50 {q[49]:,.0f} ms  "
+                      f"p95 {q[94]:,.0f} ms  p99 {q[98]:,.0f} ms  ({len(lat):,} events)", flush=True)
     finally:
         if broker is not None:
             os.killpg(broker.pid, signal.SIGTERM)
