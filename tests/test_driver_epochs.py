@@ -173,3 +173,24 @@ def test_the_epochs_run_in_the_driver_are_counted_in_the_job_metrics(workdir):
     assert [p["tasks.in_driver"] for p in result.epoch_phases] == [True, False, True, False, True]
     assert 'keyspan_numEpochsInDriver_total{job="in-driver-metrics"} 3.0' in generate_latest(
         job_registry(result.metrics)).decode()
+
+
+def test_an_epoch_whose_offsets_exceed_the_limit_is_not_read_in_the_driver():
+    from types import SimpleNamespace
+
+    from keyspan.connectors.kafka.source import KafkaReader
+    from keyspan.connectors.number_seq import NumberSequenceReader
+    from keyspan.io import serde
+    from keyspan.runtime.driver_epoch import DriverEpochs
+
+    reader = serde.dumps_function(NumberSequenceReader(100, 1000))
+    epochs = DriverEpochs(None, {}, {7: reader}, max_records=10)
+    assert epochs._read(SimpleNamespace(reads={7: [(0, 6), (6, 10)]})) == {7: [[list(range(100, 106))],
+                                                                              [list(range(106, 110))]]}
+    assert epochs._read(SimpleNamespace(reads={7: [(0, 6), (6, 11)]})) is None
+    assert NumberSequenceReader(0, 1000).most_records([(0, 6), (6, 11)]) == 11
+    # Kafka offsets bound the records (markers and compaction only make fewer); a range from a
+    # partition's beginning is unknown until read
+    kafka = KafkaReader.__new__(KafkaReader)
+    assert kafka.most_records([[("t/0", 5, 9), ("t/2", 0, 3)], [("t/1", 7, 8)]]) == 8
+    assert kafka.most_records([[("t/0", None, 9)]]) is None

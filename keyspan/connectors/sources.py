@@ -72,6 +72,11 @@ class SourceReader:
         reads them sends its output on after each chunk: a chunk is a file, a fetch, a slice of a range."""
         raise NotImplementedError
 
+    def most_records(self, partitions: list) -> int | None:
+        """At most how many records ``partitions`` hold, when their offsets tell (None: only reading
+        them tells): the driver then knows an epoch is too large to run itself without reading it."""
+        return None
+
     def backlog(self, offset: dict | None) -> int | None:
         """How many of the reader's units (records, files) are not read yet at ``offset``, if it knows."""
         return None
@@ -137,6 +142,9 @@ class IndexedReader(SourceReader):
 
     def partitions(self, start, end, parallelism):
         return split_range(start["index"], end["index"], parallelism)
+
+    def most_records(self, partitions):
+        return sum(hi - lo for lo, hi in partitions)
 
 
 class CollectionReader(IndexedReader):

@@ -74,11 +74,16 @@ class DriverEpochs:
         return [row for rows in outputs.values() for row in rows]
 
     def _read(self, ctx: EpochContext) -> dict[int, list[list]] | None:
-        """Each source task's chunks, read here as its task would read them; None past the limit."""
+        """Each source task's chunks, read here as its task would read them; None past the limit, known
+        from the offsets where they tell, else after reading at most the limit."""
+        readers = {stage_id: source_reader(self.reader_code[stage_id]) for stage_id in ctx.reads}
+        bounds = [readers[stage_id].most_records(partitions) for stage_id, partitions in ctx.reads.items()]
+        if sum(b for b in bounds if b is not None) > self.max_records:
+            return None
         budget = self.max_records
         inputs = {}
         for stage_id, partitions in ctx.reads.items():
-            reader = source_reader(self.reader_code[stage_id])
+            reader = readers[stage_id]
             inputs[stage_id] = []
             for partition in partitions:
                 chunks = []

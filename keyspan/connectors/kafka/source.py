@@ -292,6 +292,12 @@ class KafkaReader(SourceReader):
         parts = min(parallelism, len(ranges))
         return [ranges[i::parts] for i in range(parts)]
 
+    def most_records(self, partitions):
+        """Offsets count records, and transaction markers or compaction only make fewer of them; a
+        range from a partition's beginning (no start offset) is unknown until read."""
+        ranges = [r for part in partitions for r in part]
+        return None if any(lo is None for _, lo, _ in ranges) else sum(hi - lo for _, lo, hi in ranges)
+
     def checkpointed(self, offset: dict) -> None:
         """After each checkpoint: tell the consumer group, for monitoring tools only."""
         s = self.source
