@@ -82,8 +82,12 @@ def _rescale(url: str, job_id: str, workdir: str, parallelism: int, **body) -> h
                       headers=auth_headers(workdir), timeout=300)
 
 
-def test_live_rescale_2_4_1_keeps_state_session_and_output(env, workdir, spark, reference):
+@pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
+def test_live_rescale_2_4_1_keeps_state_session_and_output(env, workdir, spark, reference, in_driver):
+    """Also with every epoch run in the driver (``set_small_epochs_in_driver``): every state kind, timers
+    of both domains, operator list and broadcast state give the output of the reference run of Spark jobs."""
     out = workdir / "out"
+    env.set_small_epochs_in_driver(in_driver)
     live_rescale_job.build(env, str(out))
     box = {}
     thread = threading.Thread(target=lambda: box.update(result=env.execute("live-rescale")), daemon=True)
@@ -125,6 +129,7 @@ def test_live_rescale_2_4_1_keeps_state_session_and_output(env, workdir, spark, 
     thread.join(300)
     assert "result" in box, "the job did not finish"
     assert spark.sparkContext.applicationId == before[1]
+    assert {p["tasks.in_driver"] for p in box["result"].epoch_phases} == {bool(in_driver)}
     assert _lines(out) == reference  # exactly the output of the run never rescaled
 
     checkpoints = store.list_checkpoints("live-rescale")
