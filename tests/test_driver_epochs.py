@@ -21,9 +21,16 @@ DRIVER = os.getpid()  # the test process is the job's driver
 
 
 class Count(KeyedProcessFunction):
-    """Per key: how many records so far, and how many of each value; the pid of the process it ran in."""
+    """Per key: how many records so far, and how many of each value; the pid of the process it ran in.
+    ``opened_log``: a file that gets the pid of every process that opens an instance."""
+
+    def __init__(self, opened_log: str | None = None):
+        self.opened_log = opened_log
 
     def open(self, runtime_context):
+        if self.opened_log:
+            with open(self.opened_log, "a") as log:
+                log.write(f"{os.getpid()}\n")
         self.count = runtime_context.get_state(ValueStateDescriptor("count"))
         self.per_value = runtime_context.get_map_state(MapStateDescriptor("per_value"))
 
@@ -51,7 +58,7 @@ def _files(folder, sizes):
         (folder / f"part-{i:03d}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def _run(folder, in_driver: int, backend=HashMapStateBackend):
+def _run(folder, in_driver: int, backend=HashMapStateBackend, opened_log: str | None = None):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.set_state_backend(backend())
@@ -60,7 +67,7 @@ def _run(folder, in_driver: int, backend=HashMapStateBackend):
         .set_max_files_per_epoch(1).build()
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Ts())
     events = env.from_source(source, strategy, "events").uid("events")
-    counts = events.key_by(lambda r: r.key).process(Count()).uid("count")
+    counts = events.key_by(lambda r: r.key).process(Count(opened_log)).uid("count")
     sums = (events.map(lambda r: (r.key, r.v)).key_by(lambda t: t[0])
             .window(TumblingEventTimeWindows.of(Time.seconds(1))).reduce(lambda a, b: (a[0], a[1] + b[1])).uid("sum")
             .map(lambda t: ("window", t[0], t[1], 0, os.getpid())))
@@ -194,3 +201,18 @@ def test_an_epoch_whose_offsets_exceed_the_limit_is_not_read_in_the_driver():
     kafka = KafkaReader.__new__(KafkaReader)
     assert kafka.most_records([[("t/0", 5, 9), ("t/2", 0, 3)], [("t/1", 7, 8)]]) == 8
     assert kafka.most_records([[("t/0", None, 9)]]) is None
+
+
+@pytest.mark.parametrize("idle_seconds, opened", [(120, 2), (0, 4)])
+def test_the_driver_frees_its_state_once_epochs_go_to_spark_for_long(workdir, monkeypatch, idle_seconds, opened):
+    """Epochs of 4, 40 and 4 records, at most 10 in the driver. Kept, the driver's operators (one per keyed
+    subtask) catch up after the Spark epoch; freed at once (no idle time allowed), they are built and
+    restored again for the third epoch. The results are the same either way."""
+    from keyspan.runtime.worker import instances
+
+    monkeypatch.setattr(instances, "IDLE_INSTANCE_SECONDS", idle_seconds)
+    _files(workdir / "in", [4, 40, 4])
+    log = workdir / "opened"
+    rows = _run(workdir / "in", 10, opened_log=str(log))
+    assert log.read_text().split().count(str(DRIVER)) == opened
+    assert _without_pid(rows) == _without_pid(_run(workdir / "in", 0))

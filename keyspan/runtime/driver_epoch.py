@@ -13,6 +13,7 @@ workers catch up from the checkpoint as they do whenever Spark moves a subtask.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pyarrow as pa
@@ -42,7 +43,8 @@ class DriverEpochs:
         self.stage_code = stage_code  # stage id → (pickled plan, digest), as the Spark tasks get them
         self.reader_code = reader_code  # source stage id → its pickled SourceReader
         self.max_records = max_records
-        self.run_ids: set[str] = set()
+        self.run_ids: set[str] = set()  # runs whose operators the driver holds
+        self.last_run = 0.0  # when the driver last ran an epoch (time.monotonic)
 
     def run(self, ctx: EpochContext, context: str) -> list[dict] | None:
         """Every row the epoch's tasks return (the driver keeps the control and driver-sink rows), or
@@ -50,7 +52,12 @@ class DriverEpochs:
         encoded epoch context, decoded as each task decodes it, so the tasks share no object with the driver."""
         try:
             inputs = self._read(ctx)
-            return None if inputs is None else self._run(decode_context(context), inputs)
+            if inputs is None:
+                self._forget_when_idle()
+                return None
+            rows = self._run(decode_context(context), inputs)
+            self.last_run = time.monotonic()
+            return rows
         except Exception as exc:  # noqa: BLE001 — Spark runs it again, as it retries a failed task
             log.warning("epoch %s failed in the driver (%s); running it again as Spark jobs",
                         ctx.epoch, (str(exc).splitlines() or [type(exc).__name__])[0][:300])
@@ -107,7 +114,14 @@ class DriverEpochs:
         return {sub: [pa.RecordBatch.from_pylist(rows[sub], schema=OUTPUT_SCHEMA)] if rows[sub] else []
                 for sub in range(stage.plan.parallelism)}
 
+    def _forget_when_idle(self) -> None:
+        """Epochs went to Spark for as long as a worker keeps an idle job's operators: free the driver's
+        copy of the state, which it would restore again if small epochs come back."""
+        if self.run_ids and time.monotonic() - self.last_run > instances.IDLE_INSTANCE_SECONDS:
+            self.close()
+
     def close(self) -> None:
         """Free the operator instances the driver cached for this job's runs."""
         for run_id in self.run_ids:
             instances.drop_run(run_id)
+        self.run_ids.clear()
