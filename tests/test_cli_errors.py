@@ -69,3 +69,50 @@ def test_a_job_file_that_fails_while_building_names_its_line(tmp_path):
     assert "job.py failed at line 5" in err, err
     assert len(_ours(err)) <= 3 and "Traceback" not in err, err
     assert "Traceback" in _log_path(err).read_text()
+
+
+PIDS_JOB = '''
+import os
+from keyspan.datastream import StreamExecutionEnvironment
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+env.set_max_records_per_epoch(5)
+env.set_small_epochs_in_driver(0)
+env.from_collection(list(range(20))).uid("numbers").key_by(lambda x: x % 3).map(
+    lambda x: ("ran-in", x, os.getpid())).uid("pids").print()
+env.execute("pids")
+'''
+
+
+def test_run_sets_the_jobs_configuration_keys_with_D(tmp_path):
+    """``-D key=value`` (Flink's flag) wins over the job's own setting: the job turns small epochs in the
+    driver off, ``-D`` turns them on, and every record is then processed by the driver process."""
+    job = tmp_path / "job.py"
+    job.write_text(PIDS_JOB)
+
+    def run(*flags):
+        proc = subprocess.Popen([sys.executable, "-m", "keyspan", "run", str(job), "--workdir", str(tmp_path / "w"),
+                                 "--no-progress", "--fresh", *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=tmp_path, env=dict(os.environ))
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-2000:]
+        ran = {int(x): int(pid) for x, pid in re.findall(r"'ran-in', (\d+), (\d+)", out)}
+        assert sorted(ran) == list(range(20)), out[-2000:]
+        return proc.pid, set(ran.values())
+
+    driver, pids = run()
+    assert driver not in pids
+    driver, pids = run("-D", "keyspan.small-epochs-in-driver.max-records=1000", "-Dexecution.checkpointing.interval=1s")
+    assert pids == {driver}
+
+
+def test_an_unknown_or_malformed_D_key_is_refused_before_the_job_starts(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(PIDS_JOB)
+    for flag, says in (("-Dno.such.key=1", "-D no.such.key: not a configuration key keyspan reads"),
+                       ("-Dparallelism.default", "-D 'parallelism.default' is not key=value")):
+        r = subprocess.run([sys.executable, "-m", "keyspan", "run", str(job), "--workdir", str(tmp_path / "w"), flag],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ))
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr

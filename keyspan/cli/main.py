@@ -19,6 +19,7 @@ from rich.table import Table
 from keyspan.cli import jobs as jobs_cli, ui as ui_cli  # observability
 from keyspan.cli import state as state_cli  # state processor
 from keyspan.common.settings import load as load_settings  # observability
+from keyspan.datastream.configuration_keys import unknown as unknown_keys
 from keyspan.rest.auth import auth_headers  # observability
 from keyspan.runtime import options as run_options
 from keyspan.runtime.autoscaler import parse_bounds  # autoscaler: --autoscale MIN..MAX
@@ -62,6 +63,9 @@ def run(
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (spark://, yarn, k8s://, "
                                          "local[N]); default: spark-submit's, KEYSPAN_SPARK_MASTER, or local"),
     conf: Optional[List[str]] = typer.Option(None, "--conf", help="a Spark setting k=v (repeatable)"),
+    define: Optional[List[str]] = typer.Option(None, "-D", help="a Flink configuration key of the job, "
+                                               "key=value (repeatable; e.g. -D execution.checkpointing.interval="
+                                               "10s); it wins over the job's own setting"),
     spark_ui: bool = typer.Option(True, "--spark-ui/--no-spark-ui", help="start Spark's web UI (its URL is printed)"),
     allow_local_storage: bool = typer.Option(False, "--allow-local-storage", help="accept file:// checkpoint and "
                                              "savepoint paths with a multi-host master (a mount all hosts share)"),
@@ -96,6 +100,19 @@ def run(
         spark_conf[key.strip()] = value
     if master:
         spark_conf["spark.master"] = master
+    configuration = {}
+    for item in define or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            err.print(f"keyspan: -D {item!r} is not key=value (e.g. -D execution.checkpointing.interval=10s)",
+                      style="red", highlight=False, markup=False)
+            raise typer.Exit(2)
+        configuration[key.strip()] = value.strip()
+    if unknown_keys(configuration):
+        err.print(f"keyspan: -D {', '.join(unknown_keys(configuration))}: not a configuration key keyspan reads; "
+                  "the keys are listed in docs/compatibility.md (configure)", style="red", highlight=False,
+                  markup=False)
+        raise typer.Exit(2)
     try:
         bounds = parse_bounds(autoscale) if autoscale is not None else None
     except ValueError as exc:
@@ -104,13 +121,15 @@ def run(
     opts = _options(workdir, metadata_url, parallelism=parallelism, checkpoint_dir=checkpoint_dir,
                     fresh=fresh, job_file=os.path.abspath(job), progress=progress and not detached,
                     savepoint_path=from_savepoint, allow_non_restored_state=allow_non_restored_state,
-                    spark_conf=spark_conf, spark_ui=spark_ui, restart_attempts=restart_attempts,
+                    spark_conf=spark_conf, configuration=configuration, spark_ui=spark_ui,
+                    restart_attempts=restart_attempts,
                     restart_delay_s=restart_delay, code_dir=os.path.dirname(os.path.abspath(job)),
                     autoscale=bounds)
     opts.allow_local_storage = opts.allow_local_storage or allow_local_storage
     opts.launch = {"job_file": os.path.abspath(job), "args": list(ctx.args), "cwd": os.getcwd(),
                    "code_dir": opts.code_dir, "workdir": os.path.abspath(opts.workdir),
                    "metadata_url": metadata_url, "checkpoint_dir": checkpoint_dir, "conf": list(conf or []),
+                   "define": list(define or []),
                    "master": master, "spark_ui": spark_ui, "allow_local_storage": allow_local_storage,
                    "restart_attempts": restart_attempts, "restart_delay": restart_delay, "autoscale": autoscale}
     if detached:
@@ -157,6 +176,8 @@ def launch_command(launch: dict, job_file: str | None = None, **flags) -> list[s
             cmd += ["--" + flag.replace("_", "-"), str(launch[flag])]
     for item in launch["conf"]:
         cmd += ["--conf", item]
+    for item in launch.get("define", []):  # runs launched before -D existed have none
+        cmd += ["-D", item]
     if not launch["spark_ui"]:
         cmd.append("--no-spark-ui")
     if launch["allow_local_storage"]:

@@ -110,6 +110,11 @@ def _job_file(options) -> str | None:
 
 class JobRunner:
     def __init__(self, env, job_name: str, options, fresh: bool = False):
+        if options.configuration:  # `keyspan run -D key=value`: over what the job's code set
+            try:
+                env.configure(options.configuration)
+            except ValueError as exc:
+                raise JobExecutionError(f"keyspan run -D: {exc}") from None
         self.env = env
         self.job_name = job_name
         self.options = options

@@ -22,6 +22,7 @@ class RunOptions:
     allow_non_restored_state: bool = False
     rest_api: bool = True
     spark_conf: dict = field(default_factory=dict)  # `--conf k=v`: set on the session keyspan builds
+    configuration: dict = field(default_factory=dict)  # `-D key=value`: Flink configuration keys, over the job's
     spark_ui: bool = True
     # driver-local file:// checkpoints/savepoints on a multi-host cluster: only if that path is a shared mount
     allow_local_storage: bool = field(default_factory=lambda: load_settings().allow_local_storage)
