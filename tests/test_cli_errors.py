@@ -116,3 +116,16 @@ def test_an_unknown_or_malformed_D_key_is_refused_before_the_job_starts(tmp_path
                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ))
         assert r.returncode == 2 and says in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_a_relaunch_keeps_the_D_keys_and_an_older_launch_without_them_still_works():
+    from keyspan.cli.main import launch_command
+
+    launch = {"job_file": "/jobs/job.py", "workdir": "/w", "restart_delay": 10.0, "conf": [], "spark_ui": True,
+              "allow_local_storage": False, "args": []}
+    assert "-D" not in launch_command(launch)  # stored before -D existed
+    cmd = launch_command({**launch, "define": ["state.backend.type=rocksdb", "pipeline.max-parallelism=256"]},
+                         parallelism=4)
+    assert cmd[cmd.index("-D"):cmd.index("-D") + 4] == ["-D", "state.backend.type=rocksdb", "-D",
+                                                         "pipeline.max-parallelism=256"]
+    assert cmd[-2:] == ["--parallelism", "4"]
