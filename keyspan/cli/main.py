@@ -91,23 +91,10 @@ def run(
     except JavaNotFoundError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
-    spark_conf = {}
-    for item in conf or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            err.print(f"[red]keyspan: --conf {item!r} is not key=value (e.g. --conf spark.executor.memory=2g)[/red]")
-            raise typer.Exit(2)
-        spark_conf[key.strip()] = value
+    spark_conf = _key_values(conf, "--conf", "spark.executor.memory=2g")
     if master:
         spark_conf["spark.master"] = master
-    configuration = {}
-    for item in define or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            err.print(f"keyspan: -D {item!r} is not key=value (e.g. -D execution.checkpointing.interval=10s)",
-                      style="red", highlight=False, markup=False)
-            raise typer.Exit(2)
-        configuration[key.strip()] = value.strip()
+    configuration = _key_values(define, "-D", "execution.checkpointing.interval=10s")
     if unknown_keys(configuration):
         err.print(f"keyspan: -D {', '.join(unknown_keys(configuration))}: not a configuration key keyspan reads; "
                   "the keys are listed in docs/compatibility.md (configure)", style="red", highlight=False,
@@ -164,6 +151,19 @@ def _job_frame(exc: BaseException, job: str) -> str:
     path = os.path.abspath(job)
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
     return f" at line {lines[-1]}" if lines else ""
+
+
+def _key_values(items: list[str] | None, flag: str, example: str) -> dict[str, str]:
+    """The ``key=value`` items of a repeatable flag; a short error and exit 2 on one that is not."""
+    pairs = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            err.print(f"keyspan: {flag} {item!r} is not key=value (e.g. {flag} {example})", style="red",
+                      highlight=False, markup=False)
+            raise typer.Exit(2)
+        pairs[key.strip()] = value
+    return pairs
 
 
 def launch_command(launch: dict, job_file: str | None = None, **flags) -> list[str]:
