@@ -19,10 +19,10 @@ from rich.table import Table
 from keyspan.cli import jobs as jobs_cli, ui as ui_cli  # observability
 from keyspan.cli import state as state_cli  # state processor
 from keyspan.common.settings import load as load_settings  # observability
-from keyspan.datastream.configuration_keys import unknown as unknown_keys
+from keyspan.datastream.configuration_keys import SUPPORTED as CONFIGURATION_KEYS
 from keyspan.rest.auth import auth_headers  # observability
 from keyspan.runtime import options as run_options
-from keyspan.runtime.autoscaler import parse_bounds  # autoscaler: --autoscale MIN..MAX
+from keyspan.runtime.autoscaler import PREFIX as AUTOSCALER_KEYS, parse_bounds  # autoscaler: --autoscale MIN..MAX
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="keyspan: Flink's state model on Spark. Run PyFlink-style jobs with exactly-once state.")
@@ -95,8 +95,9 @@ def run(
     if master:
         spark_conf["spark.master"] = master
     configuration = _key_values(define, "-D", "execution.checkpointing.interval=10s")
-    if unknown_keys(configuration):
-        err.print(f"keyspan: -D {', '.join(unknown_keys(configuration))}: not a configuration key keyspan reads; "
+    unknown = [k for k in configuration if k not in CONFIGURATION_KEYS and not k.startswith(AUTOSCALER_KEYS)]
+    if unknown:
+        err.print(f"keyspan: -D {', '.join(unknown)}: not a configuration key keyspan reads; "
                   "the keys are listed in docs/compatibility.md (configure)", style="red", highlight=False,
                   markup=False)
         raise typer.Exit(2)

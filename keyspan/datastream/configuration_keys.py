@@ -77,11 +77,6 @@ SUPPORTED = {
 }
 
 
-def unknown(keys) -> list[str]:
-    """The keys keyspan does not read: neither a key above nor the autoscaler's ``job.autoscaler.*``."""
-    return [k for k in keys if k not in SUPPORTED and not k.startswith("job.autoscaler.")]
-
-
 def apply(env, configuration) -> None:
     data = configuration.to_dict() if hasattr(configuration, "to_dict") else dict(configuration)
     for key, value in data.items():
