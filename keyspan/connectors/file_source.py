@@ -1,13 +1,15 @@
 """A file source over a directory of text, JSON-lines, CSV or Parquet files, or lines read by a
 deserialization schema. Records a format cannot read follow the source's ``ErrorPolicy``.
 
-Offsets count files in name order, so an epoch is a set of whole files and replays exactly.
-Bounded by default (the files present at start); ``monitor_continuously`` keeps picking up new
-files, which must appear in increasing name order (as in Spark's and Flink's file sources).
+Offsets count files in the order the source first saw them, so an epoch is a set of whole files
+and replays exactly. Bounded by default (the files present at start, in name order);
+``monitor_continuously`` keeps picking up new files whatever their names, each read once, as Flink's
+and Spark's file sources do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -149,43 +151,82 @@ def _rows(table: pa.Table) -> list:
 
 
 class FileReader(SourceReader):
+    """Reads a fixed list of files (bounded), or each file that appears in a directory once
+    (continuous). An offset counts files in the order the source first saw them. A continuous source
+    keeps that order in its discovery log, in the job's checkpoint storage: one JSON list of names
+    per discovery, named by the position of its first file. A file joins the end of the log when it
+    is first listed, whatever its name, so an offset always means the same files, a checkpoint's
+    epoch replays exactly, and a file whose name sorts before one already read is still read (counting
+    files in name order would shift every offset and read an old file again instead)."""
+
     unit = "files"
 
-    def __init__(self, storage: Storage, fmt: StreamFormat, files: list[str] | None, poison):
+    def __init__(self, storage: Storage, fmt: StreamFormat, files: list[str] | None, poison,
+                 log: Storage | None = None):
         self.storage = storage
         self.fmt = fmt
         self.files = files  # fixed list when bounded
         self.bounded = files is not None
         self.poison = poison  # the source's PoisonHandler
+        self.log = log  # continuous: the discovery log's folder
+        self._seen: list[str] = []  # the discovery log as far as this process read it
+        self._seen_set: set[str] = set()
+
+    def __getstate__(self):
+        return {**self.__dict__, "_seen": [], "_seen_set": set()}  # each process reads the log itself
 
     def _listing(self) -> list[str]:
+        return [n for n in self.storage.list("") if not n.startswith((".", "_"))]
+
+    def _known(self) -> list[str]:
+        """The files in the order first seen: the bounded list, or the discovery log read to its end."""
         if self.files is not None:
             return self.files
-        return [n for n in self.storage.list("") if not n.startswith((".", "_"))]
+        while self.log.exists(segment := f"{len(self._seen):012d}.json"):  # the entries other processes added
+            names = json.loads(self.log.read(segment))
+            self._seen.extend(names)
+            self._seen_set.update(names)
+        return self._seen
+
+    def _discover(self) -> list[str]:
+        """``_known`` with the files listed for the first time appended (in name order among themselves).
+        Only the stream's own offset planning writes the log, before Spark records the offset."""
+        known = self._known()
+        if self.files is None:
+            new = sorted(n for n in self._listing() if n not in self._seen_set)
+            if new:
+                self.log.write(f"{len(known):012d}.json", json.dumps(new).encode())
+                known.extend(new)
+                self._seen_set.update(new)
+        return known
 
     def initial_offset(self):
         return {"files": 0}
 
     def backlog(self, offset):
-        return len(self._listing()) - (offset or self.initial_offset())["files"]
+        known = self._known()
+        unseen = 0 if self.files is not None else sum(1 for n in self._listing() if n not in self._seen_set)
+        return len(known) + unseen - (offset or self.initial_offset())["files"]
 
     def end_offset(self):
         return {"files": len(self.files)} if self.files is not None else None
 
     def latest_offset(self, start, max_records):
-        available = len(self._listing())
+        available = len(self._discover())
         return {"files": available if max_records is None else min(available, start["files"] + max_records)}
 
     def partitions(self, start, end, parallelism):
-        """At most ``parallelism`` tasks, each reading a run of consecutive files: a Spark task per
-        file would cost ~60 ms each when many small files arrive at once."""
-        return split_range(start["files"], end["files"], parallelism)
+        """At most ``parallelism`` tasks, each reading a run of consecutive files (their names): a Spark
+        task per file would cost ~60 ms each when many small files arrive at once."""
+        known = self._known()
+        if end["files"] > len(known):
+            raise RuntimeError(f"file source {self.storage.uri}: the epoch ends at file {end['files']}, but its "
+                               f"discovery log {self.log.uri} lists {len(known)} files; run the job with --fresh "
+                               "to read the directory from its start")
+        return [known[lo:hi] for lo, hi in split_range(start["files"], end["files"], parallelism)]
 
     def read(self, partition):
-        listing = self._listing()
-        first, stop = partition
-        for index in range(first, stop):
-            name = listing[index]
+        for name in partition:
             yield self.fmt.parse(self.storage.read(name), self.storage.url(name), self.poison)
 
 
@@ -250,5 +291,7 @@ class FileSource(KeyspanSource):
             return FileReader(parent, self.fmt, [posixpath.basename(root.uri)], poison)
         if not root.fs.exists(root.full_path("")):
             raise FileNotFoundError(f"file source: {self.path} does not exist")
-        files = [n for n in root.list("") if not n.startswith((".", "_"))] if self.bounded else None
-        return FileReader(root, self.fmt, files, poison)
+        if self.bounded:
+            return FileReader(root, self.fmt, [n for n in root.list("") if not n.startswith((".", "_"))], poison)
+        log = storage.child(f"sources/{uid}-{hashlib.sha256(self.fingerprint().encode()).hexdigest()[:16]}-files")
+        return FileReader(root, self.fmt, None, poison, log)

@@ -1,0 +1,73 @@
+"""A continuous FileSource reads every file that appears exactly once, whatever its name: a file whose
+name sorts before files already read is read too (not one of those again), within a run and after
+a restart from the job's checkpoint."""
+
+from __future__ import annotations
+
+import time
+
+from keyspan.common import WatermarkStrategy
+from keyspan.datastream import StreamExecutionEnvironment
+from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
+from keyspan.datastream.functions import SinkFunction
+from savepoint_helpers import BackgroundJob, stop_with_savepoint, wait_for_checkpoints
+
+
+class Seen(SinkFunction):
+    """The records delivered to the driver (after their checkpoint committed)."""
+
+    def __init__(self):
+        self.ids = []
+
+    def invoke(self, value, context):
+        self.ids.append(value)
+
+
+def _write(folder, name: str) -> list[str]:
+    ids = [f"{name}-{i}" for i in range(5)]
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text("".join(f'{{"id": "{i}"}}\n' for i in ids))
+    tmp.rename(folder / f"{name}.jsonl")  # the source never sees a file half written
+    return ids
+
+
+def _start(folder, job: str) -> tuple[BackgroundJob, Seen]:
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
+        .monitor_continuously().build()
+    seen = Seen()
+    env.from_source(source, WatermarkStrategy.no_watermarks(), "files").uid("files") \
+        .map(lambda r: r["id"]).uid("ids").add_sink(seen)
+    return BackgroundJob(env, job), seen
+
+
+def _until(seen: Seen, count: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while len(seen.ids) < count and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def test_files_are_read_once_whatever_order_their_names_sort_in(workdir):
+    folder = workdir / "in"
+    folder.mkdir()
+    expected = _write(folder, "m")
+    job, seen = _start(folder, "unsorted-files")
+    wait_for_checkpoints("unsorted-files", 1, job=job)
+    _until(seen, 5)
+    for name in ("a", "z", "b"):  # "a" and "b" sort before files already read
+        expected += _write(folder, name)
+        _until(seen, len(expected))
+    time.sleep(1)  # a few more epochs: nothing is read twice
+    stop_with_savepoint("unsorted-files")
+    job.join()
+    assert sorted(seen.ids) == sorted(expected)
+
+    again = _write(folder, "0")  # while the job is stopped, a file that sorts first
+    job, seen = _start(folder, "unsorted-files")  # resumes from its latest checkpoint
+    wait_for_checkpoints("unsorted-files", 1, job=job)
+    _until(seen, 5)
+    time.sleep(1)
+    stop_with_savepoint("unsorted-files")
+    job.join()
+    assert sorted(seen.ids) == sorted(again)
