@@ -2,7 +2,8 @@
 hands a task to whichever worker is idle): a cache parked a few epochs ago confirms its own committed
 changes and catches up from the checkpoint's deltas, also across a compaction right after its epoch
 (from the full snapshot's catch-up delta); otherwise it is rebuilt. Either way its state equals the
-checkpoint's, and restores and savepoints never read catch-up deltas."""
+checkpoint's, and restores and savepoints never read catch-up deltas. Epochs further apart than
+Spark's idle minute keep their workers (``JobRunner._keep_workers``)."""
 
 from __future__ import annotations
 
@@ -192,3 +193,66 @@ def test_a_catch_up_updates_and_deletes_what_the_cache_holds(tmp_path, backend):
     for key in keys[10:20]:  # read one by one: ``state_of`` lists the keys RocksDB holds, not the cache's
         a.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
         assert state.value() is None, key
+
+
+class RecordsWhere(KeyedProcessFunction):
+    """Appends the pid of the Python process that handles each record to a file."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def process_element(self, value, ctx):
+        import os
+
+        with open(self.path, "a") as f:
+            f.write(f"{value['key']} {os.getpid()}\n")
+        yield value
+
+
+def _python_worker_pids() -> set[int]:
+    """Every process forked from PySpark's worker daemon (and the daemon): they keep its command line."""
+    import os
+
+    pids = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"pyspark.daemon" in f.read():
+                    pids.add(int(entry))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def test_workers_and_their_cached_state_outlive_a_gap_between_epochs_longer_than_sparks_idle_minute(workdir, env):
+    """Spark stops an executor's idle Python workers once none of them ran a task for a minute: the
+    operators a job caches in them would go too, and the next epoch would start new workers and reload
+    its state. The records of an epoch that comes 75 s after the one before must land in workers that
+    were alive before the gap."""
+    import time
+
+    from keyspan.common import WatermarkStrategy
+    from keyspan.datastream.connectors.file_system import DiscardingSink, FileSource, StreamFormat
+    from savepoint_helpers import BackgroundJob, stop_with_savepoint, wait_for_checkpoints
+
+    folder = workdir / "in"
+    folder.mkdir()
+    where = workdir / "where.txt"
+    (folder / "a.jsonl").write_text("".join(f'{{"key": "a{i}"}}\n' for i in range(20)))
+    env.enable_checkpointing(200)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
+        .monitor_continuously().build()
+    env.from_source(source, WatermarkStrategy.no_watermarks(), "in").key_by(lambda r: r["key"]) \
+        .process(RecordsWhere(str(where))).uid("where").sink_to(DiscardingSink())
+    job = BackgroundJob(env, "idle-gap")
+    wait_for_checkpoints("idle-gap", 1, job=job)
+    time.sleep(75)  # Spark's monitor stops workers idle for more than 60 s, checking every 10 s
+    alive = _python_worker_pids()
+    (folder / "b.jsonl").write_text("".join(f'{{"key": "b{i}"}}\n' for i in range(20)))
+    deadline = time.time() + 60
+    while sum(line.startswith("b") for line in where.read_text().splitlines()) < 20 and time.time() < deadline:
+        time.sleep(0.2)
+    stop_with_savepoint("idle-gap")
+    job.join()
+    after_gap = {int(line.split()[1]) for line in where.read_text().splitlines() if line.startswith("b")}
+    assert after_gap and after_gap <= alive, (after_gap, alive)

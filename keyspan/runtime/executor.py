@@ -60,6 +60,9 @@ from keyspan.state.keygroups import check_parallelism, compute_operator_index_fo
 
 log = logs.get_logger("keyspan.runtime")
 RECENT_TOKEN_EPOCHS = 4  # a worker cache parked at most this many epochs ago confirms its changes and catches up
+# Spark stops an executor's idle Python workers after a minute in which none of them ran a task; after
+# this long without a task between epochs, the runner gives them one (SparkStages.touch_workers)
+KEEP_WORKERS_SECONDS = 30
 
 
 class JobExecutionError(RuntimeError):
@@ -168,6 +171,8 @@ class JobRunner:
         self.stream_schema = None  # the source stream's schema: an epoch without records is built from it
         self._logged_end = None  # (run id, batch id, end offsets) of the last batch: the next one's start
         self._in_epoch = False
+        self._workers_used = time.monotonic()  # when a Spark task last ran in the Python workers
+        self._touching: threading.Thread | None = None  # the thread running SparkStages.touch_workers
         self._unmute_query = None  # puts back the query's log level muted while keyspan stops it
         # a stop and the start of an epoch exclude each other: Spark's query.stop() interrupts the thread
         # an epoch's Spark jobs run on, and an epoch interrupted midway can leave the driver waiting forever
@@ -464,6 +469,7 @@ class JobRunner:
             while query.isActive:
                 query.awaitTermination(0.2)
                 self.progress.update()
+                self._keep_workers()
                 if self._commit_failed():  # no epoch runs to report it: stop as a failed epoch would
                     query.stop()
                     break
@@ -487,6 +493,9 @@ class JobRunner:
             self.progress.done()
             if api is not None:
                 api.close()
+            if self._touching is not None:
+                spark.sparkContext.cancelJobGroup(self._touch_group())
+                self._touching.join()
         try:
             self._await_commit()
         except BaseException:  # noqa: BLE001 — kept in self.failure
@@ -756,6 +765,8 @@ class JobRunner:
                 "tasks.busy": max((r.busy_ms for r in reports.values()), default=0) / 1000,
                 "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000,
                 "tasks.in_driver": in_driver[0]})
+            if not in_driver[0]:
+                self._workers_used = time.monotonic()
             if self._committer is None:
                 self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"keyspan-commit-{self.job_id}")
             self._committing = self._committer.submit(self._commit, epoch, offsets, reports, driver_rows, time_ctx)
@@ -764,6 +775,31 @@ class JobRunner:
             raise
         finally:
             self._in_epoch = False
+
+    def _keep_workers(self) -> None:
+        """Between epochs more than a minute apart, Spark would stop the Python workers that keep this
+        job's operators and their state, and the next epoch would reload that state from the checkpoint
+        into new workers: give the workers a task when they have had none for KEEP_WORKERS_SECONDS."""
+        if self._in_epoch or time.monotonic() - self._workers_used < KEEP_WORKERS_SECONDS:
+            return
+        if self._touching is not None and self._touching.is_alive():
+            return
+        self._workers_used = time.monotonic()
+        self._touching = threading.Thread(target=self._touch_workers, name=self._touch_group(), daemon=True)
+        self._touching.start()
+
+    def _touch_group(self) -> str:
+        return f"keyspan-workers-{self.run_info['run_id']}"
+
+    def _touch_workers(self) -> None:
+        try:
+            self.stages.touch_workers(self._touch_group(),
+                                      f"keyspan: keep job '{self.job_id}'s Python workers between epochs")
+        except Exception as exc:  # noqa: BLE001 — without it the next epoch only starts new workers
+            if self.query is not None and not self.query.isActive:
+                return  # cancelled at the end of the run
+            log.warning("job '%s': could not keep Spark's Python workers between epochs (%s); the next epoch may "
+                        "reload its state from the checkpoint", self.job_id, _summary(exc))
 
     def _epoch_failed(self, exc: BaseException) -> None:
         if not isinstance(self.failure, Fenced):  # losing the lease stops the query: that is the cause

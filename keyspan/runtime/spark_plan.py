@@ -22,7 +22,7 @@ from keyspan.runtime.protocol import (
     encode_context,
 )
 from keyspan.runtime.driver_epoch import DriverEpochs, runs_in_driver
-from keyspan.runtime.worker.task import make_stage_function
+from keyspan.runtime.worker.task import make_stage_function, no_rows
 
 
 @dataclass
@@ -62,6 +62,16 @@ class SparkStages:
         self._routing = {}
         self._functions = {}
         self.close()
+
+    def touch_workers(self, group: str, description: str) -> None:
+        """One Python task per Spark core, each reading one row and returning none. Spark stops all idle
+        Python workers of an executor once none of them ran a task for a minute (``PythonWorkerFactory``),
+        and with them the operators and state this job keeps in them between epochs. The Spark job runs
+        in job group ``group`` (``cancelJobGroup`` ends it)."""
+        sc = self.spark.sparkContext
+        cores = sc.defaultParallelism
+        sc.setJobGroup(group, description, interruptOnCancel=True)  # this thread's jobs only
+        self.spark.range(cores, numPartitions=cores).mapInArrow(no_rows, "id long").collect()
 
     def close(self) -> None:
         """The run ended (or was replanned): the driver forgets the operators it ran."""

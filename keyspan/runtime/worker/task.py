@@ -83,6 +83,14 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
     return run
 
 
+def no_rows(batches):
+    """A Python task that only occupies a worker (``SparkStages.touch_workers``). It reads its input to
+    the end: Spark reuses only workers that did."""
+    for _ in batches:
+        pass
+    return iter(())
+
+
 def stage_plan(plan_bytes: bytes, digest: str) -> StagePlan:
     """A stage's plan, unpickled once per process."""
     plan = _PLANS.get(digest)
