@@ -1,6 +1,7 @@
 """A continuous FileSource reads every file that appears exactly once, whatever its name: a file whose
-name sorts before files already read is read too (not one of those again), within a run and after
-a restart from the job's checkpoint."""
+name sorts before files already read is read too (not one of those again), within a run, after a
+restart from the job's checkpoint, and after a restore from a savepoint or a retained checkpoint
+(both start the job's checkpoint folder afresh: the savepoint carries the order files were read in)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from keyspan.common import WatermarkStrategy
 from keyspan.datastream import StreamExecutionEnvironment
 from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
 from keyspan.datastream.functions import SinkFunction
-from savepoint_helpers import BackgroundJob, stop_with_savepoint, wait_for_checkpoints
+from savepoint_helpers import BackgroundJob, stop_with_savepoint, store, use_options, wait_for_checkpoints
 
 
 class Seen(SinkFunction):
@@ -71,3 +72,43 @@ def test_files_are_read_once_whatever_order_their_names_sort_in(workdir):
     stop_with_savepoint("unsorted-files")
     job.join()
     assert sorted(seen.ids) == sorted(again)
+
+
+def _run_once_more(folder, job: str, name: str) -> list[str]:
+    """Write file ``name`` while the job is stopped, run the job until it delivered that file's records
+    and a moment more, stop it with a savepoint; what the run delivered."""
+    _write(folder, name)
+    running, seen = _start(folder, job)
+    wait_for_checkpoints(job, 1, job=running)
+    _until(seen, 5)
+    time.sleep(1)
+    stop_with_savepoint(job)
+    running.join()
+    return seen.ids
+
+
+def test_a_restore_from_a_savepoint_or_retained_checkpoint_reads_on_from_the_same_files(workdir):
+    from keyspan.checkpoint.savepoint import checkpoint_dir
+    from keyspan.io.storage import Storage
+    from keyspan.runtime import options
+
+    folder = workdir / "in"
+    folder.mkdir()
+    expected = _write(folder, "m")
+    job, seen = _start(folder, "restored-files")
+    wait_for_checkpoints("restored-files", 1, job=job)
+    _until(seen, 5)
+    for name in ("a", "z", "b"):
+        expected += _write(folder, name)
+        _until(seen, len(expected))
+    savepoint = stop_with_savepoint("restored-files")
+    job.join()
+    assert sorted(seen.ids) == sorted(expected)
+
+    use_options(savepoint_path=savepoint)
+    assert sorted(_run_once_more(folder, "restored-files", "0")) == [f"0-{i}" for i in range(5)]
+
+    latest = store().list_checkpoints("restored-files")[-1]["epoch"]
+    retained = Storage(options.current().checkpoint_root()).child("restored-files").url(checkpoint_dir(latest))
+    use_options(savepoint_path=retained)
+    assert sorted(_run_once_more(folder, "restored-files", "1")) == [f"1-{i}" for i in range(5)]

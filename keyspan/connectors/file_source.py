@@ -200,6 +200,20 @@ class FileReader(SourceReader):
                 self._seen_set.update(new)
         return known
 
+    def savepoint_state(self, offset):
+        """The files an offset counts, in the order read: the discovery log stays with the job's checkpoints."""
+        if self.files is not None:
+            return None
+        return self._known()[:(offset or self.initial_offset())["files"]]
+
+    def restore_state(self, state) -> None:
+        known = self._known()
+        if not known:
+            self.log.write(f"{0:012d}.json", json.dumps(state).encode())
+        elif known[:len(state)] != state:
+            raise RuntimeError(f"file source {self.storage.uri}: its discovery log {self.log.uri} lists files in "
+                               "another order than the savepoint it restores from; restore with --fresh")
+
     def initial_offset(self):
         return {"files": 0}
 
@@ -279,6 +293,10 @@ class FileSource(KeyspanSource):
 
         def build(self) -> "FileSource":
             return FileSource(self._fmt, self._paths, self._continuous, self._max_files, self._error_policy)
+
+    @property
+    def keeps_state(self) -> bool:
+        return not self.bounded  # the discovery log
 
     def fingerprint(self) -> str:
         return f"files:{os.path.abspath(self.path) if '://' not in self.path else self.path}:{self.fmt.kind}"

@@ -91,6 +91,16 @@ class SourceReader:
         the source is one split."""
         return None
 
+    def savepoint_state(self, offset: dict | None):
+        """What a savepoint carries beside ``offset`` when the reader keeps more than its offsets in the
+        job's checkpoint storage (JSON; None: the offset says it all). Savepoints copy nothing of that
+        storage, and a restore from one starts the job's checkpoint storage afresh."""
+        return None
+
+    def restore_state(self, state) -> None:
+        """Put ``savepoint_state`` back into the job's checkpoint storage, before the first epoch after
+        a restore from the savepoint."""
+
     def checkpointed(self, offset: dict) -> None:
         """Called on the driver right after a checkpoint with the reader at ``offset`` committed
         (e.g. to report progress outside keyspan); never needed for recovery."""
@@ -104,6 +114,7 @@ class KeyspanSource:
     bounded = True
     watermark_strategy = None
     max_per_epoch: int | None = None  # a source's own per-epoch limit, in its reader's unit
+    keeps_state = False  # its reader keeps more than offsets in the job's checkpoint storage (savepoint_state)
 
     def reader(self, storage: Storage, uid: str) -> SourceReader:
         raise NotImplementedError

@@ -493,9 +493,9 @@ class JobRunner:
             self.progress.done()
             if api is not None:
                 api.close()
-            if self._touching is not None:
+            if self._touching is not None:  # a keep-alive job under way ends with the run
                 spark.sparkContext.cancelJobGroup(self._touch_group())
-                self._touching.join()
+                self._touching.join(KEEP_WORKERS_SECONDS)
         try:
             self._await_commit()
         except BaseException:  # noqa: BLE001 — kept in self.failure
@@ -584,13 +584,35 @@ class JobRunner:
         moved = self._set_aside(rows)
         if inside:
             savepoint["uri"] = moved.uri + savepoint["uri"][len(self.storage.uri):]
+            savepoint["set_aside"] = moved.uri  # where its sources' own files went (_commit_restore_point)
         print(f"keyspan: job '{self.job_id}': its earlier checkpoints were moved to {moved.uri}", file=sys.stderr)
         self.store.forget_job(self.job_id)
         Storage(self._spark_dir_root()).delete("", recursive=True)
 
+    def _source_state(self, storage: Storage, offsets: dict | None) -> dict:
+        """Source uid → what its reader keeps in the job's checkpoint ``storage`` beside ``offsets``
+        (``SourceReader.savepoint_state``), for the sources that keep anything there."""
+        kept = {}
+        for i, (t, source) in enumerate(zip(self.plan.sources, self.source_ids)):
+            if getattr(t.spec, "keeps_state", False):
+                state = t.spec.reader(storage, source["uid"]).savepoint_state((offsets or {}).get(str(i)))
+                if state is not None:
+                    kept[source["uid"]] = state
+        return kept
+
     def _commit_restore_point(self, savepoint: dict) -> None:
         """The savepoint becomes the job's latest checkpoint; its files stay where they are (and are
-        never deleted by keyspan)."""
+        never deleted by keyspan). What its sources kept beside their offsets goes back first: from the
+        savepoint, or, for a retained checkpoint, from the job's checkpoint storage set aside with it."""
+        kept = savepoint.get("source_state")
+        if kept is None and savepoint.get("set_aside"):
+            kept = self._source_state(Storage(savepoint["set_aside"]), savepoint["source_offsets"])
+        for t, source in zip(self.plan.sources, self.source_ids):
+            if source["uid"] in (kept or {}) and hasattr(t.spec, "reader"):
+                try:
+                    t.spec.reader(self.storage, source["uid"]).restore_state(kept[source["uid"]])
+                except RuntimeError as exc:
+                    raise JobExecutionError(f"job '{self.job_id}': {exc}") from None
         self.store.commit_checkpoint(
             job_id=self.job_id, epoch=savepoint["epoch"], run_id="savepoint", parallelism=savepoint["parallelism"],
             max_parallelism=savepoint["max_parallelism"], source_offsets=savepoint["source_offsets"],
@@ -620,7 +642,8 @@ class JobRunner:
             target = target or default_target(root, self.job_id, checkpoint["epoch"])
             path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name,
                                    job_file_bytes=self.job_bytes, key=self.signing_key,
-                                   extra={"restored_from": self.run_info.get("restored_from")})
+                                   extra={"restored_from": self.run_info.get("restored_from"),
+                                          "source_state": self._source_state(self.storage, checkpoint["source_offsets"])})
         self.store.add_savepoint(path=path, job_id=self.job_id, epoch=checkpoint["epoch"],
                                  parallelism=checkpoint["parallelism"], code_version=self.code_version,
                                  restored_from=self.run_info.get("restored_from"), trigger=trigger)
