@@ -49,29 +49,21 @@ def _until(seen: Seen, count: int, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-def test_files_are_read_once_whatever_order_their_names_sort_in(workdir):
-    folder = workdir / "in"
-    folder.mkdir()
+def _unsorted_run(folder, job: str) -> str:
+    """Run the job while files arrive whose names sort before files already read; each file's records
+    are delivered exactly once. Stops the job with a savepoint and returns its path."""
     expected = _write(folder, "m")
-    job, seen = _start(folder, "unsorted-files")
-    wait_for_checkpoints("unsorted-files", 1, job=job)
+    running, seen = _start(folder, job)
+    wait_for_checkpoints(job, 1, job=running)
     _until(seen, 5)
     for name in ("a", "z", "b"):  # "a" and "b" sort before files already read
         expected += _write(folder, name)
         _until(seen, len(expected))
     time.sleep(1)  # a few more epochs: nothing is read twice
-    stop_with_savepoint("unsorted-files")
-    job.join()
+    savepoint = stop_with_savepoint(job)
+    running.join()
     assert sorted(seen.ids) == sorted(expected)
-
-    again = _write(folder, "0")  # while the job is stopped, a file that sorts first
-    job, seen = _start(folder, "unsorted-files")  # resumes from its latest checkpoint
-    wait_for_checkpoints("unsorted-files", 1, job=job)
-    _until(seen, 5)
-    time.sleep(1)
-    stop_with_savepoint("unsorted-files")
-    job.join()
-    assert sorted(seen.ids) == sorted(again)
+    return savepoint
 
 
 def _run_once_more(folder, job: str, name: str) -> list[str]:
@@ -87,6 +79,14 @@ def _run_once_more(folder, job: str, name: str) -> list[str]:
     return seen.ids
 
 
+def test_files_are_read_once_whatever_order_their_names_sort_in(workdir):
+    folder = workdir / "in"
+    folder.mkdir()
+    _unsorted_run(folder, "unsorted-files")
+    # resumed from its latest checkpoint, after a file that sorts first arrived while it was stopped
+    assert sorted(_run_once_more(folder, "unsorted-files", "0")) == [f"0-{i}" for i in range(5)]
+
+
 def test_a_restore_from_a_savepoint_or_retained_checkpoint_reads_on_from_the_same_files(workdir):
     from keyspan.checkpoint.savepoint import checkpoint_dir
     from keyspan.io.storage import Storage
@@ -94,18 +94,7 @@ def test_a_restore_from_a_savepoint_or_retained_checkpoint_reads_on_from_the_sam
 
     folder = workdir / "in"
     folder.mkdir()
-    expected = _write(folder, "m")
-    job, seen = _start(folder, "restored-files")
-    wait_for_checkpoints("restored-files", 1, job=job)
-    _until(seen, 5)
-    for name in ("a", "z", "b"):
-        expected += _write(folder, name)
-        _until(seen, len(expected))
-    savepoint = stop_with_savepoint("restored-files")
-    job.join()
-    assert sorted(seen.ids) == sorted(expected)
-
-    use_options(savepoint_path=savepoint)
+    use_options(savepoint_path=_unsorted_run(folder, "restored-files"))
     assert sorted(_run_once_more(folder, "restored-files", "0")) == [f"0-{i}" for i in range(5)]
 
     latest = store().list_checkpoints("restored-files")[-1]["epoch"]
