@@ -150,6 +150,11 @@ def _rows(table: pa.Table) -> list:
     return rows_from_columns(tuple(table.column_names), [c.to_pylist() for c in table.columns])
 
 
+def _visible_files(folder: Storage) -> list[str]:
+    """The folder's files a source reads: names starting with "." or "_" are files being written."""
+    return [n for n in folder.list("") if not n.startswith((".", "_"))]
+
+
 class FileReader(SourceReader):
     """Reads a fixed list of files (bounded), or each file that appears in a directory once
     (continuous). An offset counts files in the order the source first saw them. A continuous source
@@ -176,16 +181,18 @@ class FileReader(SourceReader):
         return {**self.__dict__, "_seen": [], "_seen_set": set()}  # each process reads the log itself
 
     def _listing(self) -> list[str]:
-        return [n for n in self.storage.list("") if not n.startswith((".", "_"))]
+        return _visible_files(self.storage)
+
+    def _remember(self, names: list[str]) -> None:
+        self._seen.extend(names)
+        self._seen_set.update(names)
 
     def _known(self) -> list[str]:
         """The files in the order first seen: the bounded list, or the discovery log read to its end."""
         if self.files is not None:
             return self.files
         while self.log.exists(segment := f"{len(self._seen):012d}.json"):  # the entries other processes added
-            names = json.loads(self.log.read(segment))
-            self._seen.extend(names)
-            self._seen_set.update(names)
+            self._remember(json.loads(self.log.read(segment)))
         return self._seen
 
     def _discover(self) -> list[str]:
@@ -196,8 +203,7 @@ class FileReader(SourceReader):
             new = sorted(n for n in self._listing() if n not in self._seen_set)
             if new:
                 self.log.write(f"{len(known):012d}.json", json.dumps(new).encode())
-                known.extend(new)
-                self._seen_set.update(new)
+                self._remember(new)
         return known
 
     def savepoint_state(self, offset):
@@ -207,12 +213,9 @@ class FileReader(SourceReader):
         return self._known()[:(offset or self.initial_offset())["files"]]
 
     def restore_state(self, state) -> None:
-        known = self._known()
-        if not known:
+        """The log's first entry (a restore starts with the job's checkpoint storage empty)."""
+        if not self._known():
             self.log.write(f"{0:012d}.json", json.dumps(state).encode())
-        elif known[:len(state)] != state:
-            raise RuntimeError(f"file source {self.storage.uri}: its discovery log {self.log.uri} lists files in "
-                               "another order than the savepoint it restores from; restore with --fresh")
 
     def initial_offset(self):
         return {"files": 0}
@@ -310,6 +313,6 @@ class FileSource(KeyspanSource):
         if not root.fs.exists(root.full_path("")):
             raise FileNotFoundError(f"file source: {self.path} does not exist")
         if self.bounded:
-            return FileReader(root, self.fmt, [n for n in root.list("") if not n.startswith((".", "_"))], poison)
+            return FileReader(root, self.fmt, _visible_files(root), poison)
         log = storage.child(f"sources/{uid}-{hashlib.sha256(self.fingerprint().encode()).hexdigest()[:16]}-files")
         return FileReader(root, self.fmt, None, poison, log)

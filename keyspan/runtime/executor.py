@@ -589,15 +589,20 @@ class JobRunner:
         self.store.forget_job(self.job_id)
         Storage(self._spark_dir_root()).delete("", recursive=True)
 
-    def _source_state(self, storage: Storage, offsets: dict | None) -> dict:
-        """Source uid → what its reader keeps in the job's checkpoint ``storage`` beside ``offsets``
-        (``SourceReader.savepoint_state``), for the sources that keep anything there."""
+    def _state_keeping_readers(self, storage: Storage) -> dict:
+        """Source index → a reader over the job's checkpoint ``storage``, for the sources whose readers
+        keep more than offsets there (``KeyspanSource.keeps_state``)."""
+        return {i: t.spec.reader(storage, source["uid"])
+                for i, (t, source) in enumerate(zip(self.plan.sources, self.source_ids))
+                if getattr(t.spec, "keeps_state", False)}
+
+    def _source_state(self, readers: dict, offsets: dict | None) -> dict:
+        """Source uid → what its reader keeps beside ``offsets`` (``SourceReader.savepoint_state``)."""
         kept = {}
-        for i, (t, source) in enumerate(zip(self.plan.sources, self.source_ids)):
-            if getattr(t.spec, "keeps_state", False):
-                state = t.spec.reader(storage, source["uid"]).savepoint_state((offsets or {}).get(str(i)))
-                if state is not None:
-                    kept[source["uid"]] = state
+        for i, reader in readers.items():
+            state = reader.savepoint_state((offsets or {}).get(str(i)))
+            if state is not None:
+                kept[self.source_ids[i]["uid"]] = state
         return kept
 
     def _commit_restore_point(self, savepoint: dict) -> None:
@@ -606,13 +611,11 @@ class JobRunner:
         savepoint, or, for a retained checkpoint, from the job's checkpoint storage set aside with it."""
         kept = savepoint.get("source_state")
         if kept is None and savepoint.get("set_aside"):
-            kept = self._source_state(Storage(savepoint["set_aside"]), savepoint["source_offsets"])
-        for t, source in zip(self.plan.sources, self.source_ids):
-            if source["uid"] in (kept or {}) and hasattr(t.spec, "reader"):
-                try:
-                    t.spec.reader(self.storage, source["uid"]).restore_state(kept[source["uid"]])
-                except RuntimeError as exc:
-                    raise JobExecutionError(f"job '{self.job_id}': {exc}") from None
+            kept = self._source_state(self._state_keeping_readers(Storage(savepoint["set_aside"])),
+                                      savepoint["source_offsets"])
+        for i, reader in self._state_keeping_readers(self.storage).items():
+            if self.source_ids[i]["uid"] in (kept or {}):
+                reader.restore_state(kept[self.source_ids[i]["uid"]])
         self.store.commit_checkpoint(
             job_id=self.job_id, epoch=savepoint["epoch"], run_id="savepoint", parallelism=savepoint["parallelism"],
             max_parallelism=savepoint["max_parallelism"], source_offsets=savepoint["source_offsets"],
@@ -643,7 +646,8 @@ class JobRunner:
             path = write_savepoint(self.storage, checkpoint, target, job_name=self.job_name,
                                    job_file_bytes=self.job_bytes, key=self.signing_key,
                                    extra={"restored_from": self.run_info.get("restored_from"),
-                                          "source_state": self._source_state(self.storage, checkpoint["source_offsets"])})
+                                          "source_state": self._source_state(self.stages.readers,
+                                                                             checkpoint["source_offsets"])})
         self.store.add_savepoint(path=path, job_id=self.job_id, epoch=checkpoint["epoch"],
                                  parallelism=checkpoint["parallelism"], code_version=self.code_version,
                                  restored_from=self.run_info.get("restored_from"), trigger=trigger)
