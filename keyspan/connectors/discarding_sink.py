@@ -18,5 +18,8 @@ class _Discard:
     def write(self, value) -> None:
         pass
 
+    def write_columns(self, batch) -> None:
+        pass
+
     def finish(self) -> None:
         return None

@@ -17,6 +17,7 @@ OUTPUT_SCHEMA = pa.schema([("_ks_exit", pa.int32()), ("_ks_sub", pa.int32()), ("
 DRIVER_EXIT = -1  # rows for driver sinks (print, collect, add_sink)
 CONTROL_EXIT = -2  # a terminal task's pickled TaskReport
 FLUSH_RECORDS = 16384  # records an exit buffers before they leave as chunks
+COLUMN_CHUNK = 65536  # rows of Arrow input a columnar operator takes at once
 BROADCAST_CHUNK = "broadcast"  # in place of the key groups: an exchange chunk of a broadcast input
 RECORD_PREVIEW = 300  # characters of a failing record shown in the error
 EPOCH_CONTEXT_PROPERTY = "keyspan.epoch.context"  # the Spark local property that carries an epoch's EpochContext

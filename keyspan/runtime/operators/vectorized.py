@@ -19,6 +19,7 @@ one ran never shows in checkpoints, savepoints or results.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from keyspan.common.types import Row
 from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field, segments
@@ -72,6 +73,53 @@ def _numeric(values: list):
         arr = np.array(values, dtype=np.float64)
         return None if np.isnan(arr).any() else arr
     return None
+
+
+def _bases_fit(base_values: list, python_type: type) -> bool:
+    """The keys' stored running values (None: no state yet) can join a chunk of ``python_type`` values:
+    the same type, no NaN, and far enough inside int64 that the chunk's sum cannot leave it."""
+    stored = [b for b in base_values if b is not None]
+    return not stored or (set(map(type, stored)) == {python_type} and max(map(abs, stored)) < 2 ** 62
+                          and not any(b != b for b in stored))
+
+
+def _running(kind: str, column, codes, n_keys: int, base_values: list):
+    """Each record's running sum/min/max of its key, the key's stored value folded into its first
+    record of the chunk (as the per-record path does); also the key-sorted order and its bounds."""
+    order, bounds = segments(codes, n_keys)
+    sorted_values = column[order]
+    if any(b is not None for b in base_values):
+        has_base = np.fromiter((b is not None for b in base_values), dtype=bool, count=n_keys)
+        base = np.array([0 if b is None else b for b in base_values], dtype=column.dtype)[has_base]
+        at = bounds[:-1][has_base]
+        fold = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
+        sorted_values[at] = fold(base, sorted_values[at])
+    running = _grouped_accumulate(kind, sorted_values, bounds, column.dtype)
+    result = np.empty_like(running)
+    result[order] = running
+    return result, order, bounds
+
+
+def _grouped_accumulate(kind, sorted_values, bounds, dtype):
+    n_keys = len(bounds) - 1
+    if kind == "sum" and dtype == np.int64:
+        total = np.cumsum(sorted_values)
+        before = np.concatenate(([0], total))[bounds[:-1]]  # the sum of all earlier keys' segments
+        seg = np.repeat(np.arange(n_keys), np.diff(bounds))
+        return total - before[seg]
+    ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
+    if kind == "sum":  # floats: accumulate each key on its own, in arrival order, like Python's additions
+        out = np.empty_like(sorted_values)
+        for k in range(n_keys):
+            s, e = bounds[k], bounds[k + 1]
+            out[s:e] = ufunc.accumulate(sorted_values[s:e])
+        return out
+    seg = np.repeat(np.arange(n_keys), np.diff(bounds))
+    import pandas as pd
+
+    series = pd.Series(sorted_values)
+    grouped = series.groupby(seg, sort=False)
+    return (grouped.cummin() if kind == "min" else grouped.cummax()).to_numpy(dtype=sorted_values.dtype)
 
 
 class RollingAggregateOperator:
@@ -129,24 +177,10 @@ class RollingAggregateOperator:
             backend.current_key_group = kgs[i]
             bases.append(state.value())
         base_values = [None if b is None else (b if scalar else agg._get(b)) for b in bases]
-        stored = [b for b in base_values if b is not None]
-        if stored and (set(map(type, stored)) != {type(values[0])} or max(map(abs, stored)) >= 2 ** 62
-                       or any(b != b for b in stored)):
+        if not _bases_fit(base_values, type(values[0])):
             return None  # a stored value of another type, or one a sum could carry out of int64
-        order, bounds = segments(codes, n_keys)
-        sorted_values = column[order]
-        starts = bounds[:-1]
         if kind in ("sum", "min", "max"):
-            # fold the stored value into the key's first record of the chunk, as the per-record path does
-            if stored:
-                has_base = np.fromiter((b is not None for b in base_values), dtype=bool, count=n_keys)
-                base = np.array([0 if b is None else b for b in base_values], dtype=column.dtype)[has_base]
-                at = starts[has_base]
-                fold = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
-                sorted_values[at] = fold(base, sorted_values[at])
-            running = self._grouped_accumulate(kind, sorted_values, bounds, column.dtype)
-            result = np.empty_like(running)
-            result[order] = running
+            result, order, bounds = _running(kind, column, codes, n_keys, base_values)
             heads = [records[i] if b is None else b for i, b in zip(firsts.tolist(), bases)]
             pos = agg.position
             if scalar:
@@ -164,7 +198,8 @@ class RollingAggregateOperator:
             else:
                 outputs = [replace_field(heads[c], pos, v) for c, v in zip(codes.tolist(), result.tolist())]
         else:
-            outputs = self._winners(kind, records, sorted_values, order, bounds, base_values, bases)
+            order, bounds = segments(codes, n_keys)
+            outputs = self._winners(kind, records, column[order], order, bounds, base_values, bases)
         # the last running value of every key goes back to state: one write per key
         lasts = order[bounds[1:] - 1].tolist()
         for i in lasts:
@@ -173,27 +208,81 @@ class RollingAggregateOperator:
             state.update(outputs[i])
         return outputs, stamps, ()
 
-    @staticmethod
-    def _grouped_accumulate(kind, sorted_values, bounds, dtype):
-        n_keys = len(bounds) - 1
-        if kind == "sum" and dtype == np.int64:
-            total = np.cumsum(sorted_values)
-            before = np.concatenate(([0], total))[bounds[:-1]]  # the sum of all earlier keys' segments
-            seg = np.repeat(np.arange(n_keys), np.diff(bounds))
-            return total - before[seg]
-        ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[kind]
-        if kind == "sum":  # floats: accumulate each key on its own, in arrival order, like Python's additions
-            out = np.empty_like(sorted_values)
-            for k in range(n_keys):
-                s, e = bounds[k], bounds[k + 1]
-                out[s:e] = ufunc.accumulate(sorted_values[s:e])
-            return out
-        seg = np.repeat(np.arange(n_keys), np.diff(bounds))
-        import pandas as pd
-
-        series = pd.Series(sorted_values)
-        grouped = series.groupby(seg, sort=False)
-        return (grouped.cummin() if kind == "min" else grouped.cummax()).to_numpy(dtype=sorted_values.dtype)
+    def process_columns(self, backend, kgs, keys, batch, row_cls):
+        """A chunk of a Spark source keyed by one column, as Arrow columns (``kgs`` a NumPy array of key
+        groups, ``keys`` the key column, ``batch`` the fields of ``row_cls``): the outputs as an Arrow
+        batch of the same fields, without a Python object per record. None (nothing done) when the
+        chunk does not qualify: min_by/max_by, a field that is not a number, nulls, NaN, float keys, or
+        stored values another type; it then runs record by record."""
+        agg = self._agg
+        kind = agg.kind
+        at = agg._index_in(row_cls)
+        if kind not in ("sum", "min", "max") or at is None or not batch.num_rows:
+            return None
+        field = batch.column(at)
+        if keys.null_count or field.null_count or pa.types.is_floating(keys.type):
+            return None
+        if pa.types.is_integer(field.type) and field.type != pa.uint64():
+            column = field.to_numpy().astype(np.int64)
+            limit = 2 ** 62 // (len(column) + 1)
+            if column.max() >= limit or column.min() <= -limit:
+                return None
+            python_type = int
+        elif pa.types.is_floating(field.type):
+            column = field.to_numpy().astype(np.float64)
+            if np.isnan(column).any():
+                return None
+            python_type = float
+        else:
+            return None
+        encoded = keys.dictionary_encode()  # codes in order of first appearance
+        codes = encoded.indices.to_numpy().astype(np.int64)
+        uniques = encoded.dictionary.to_pylist()
+        firsts = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        key_groups = kgs[firsts].tolist()
+        prefetch = getattr(backend, "prefetch", None)
+        if prefetch is not None:
+            prefetch(key_groups, uniques)
+        state = self._per_record._state
+        bases = []  # the stored running record of every key of the chunk: one state read per key
+        for key, kg in zip(uniques, key_groups):
+            backend.current_key = key
+            backend.current_key_group = kg
+            bases.append(state.value())
+        if any(b is not None and type(b) is not row_cls for b in bases):
+            return None
+        base_values = [None if b is None else b[at] for b in bases]
+        if not _bases_fit(base_values, python_type):
+            return None
+        result, order, bounds = _running(kind, column, codes, len(uniques), base_values)
+        # the other fields are the key's first record's (stored, or its first of this chunk)
+        per_record = pa.array(codes)
+        heads_at = pa.array(firsts)
+        stored = [k for k, b in enumerate(bases) if b is not None]
+        fields = []
+        for i, col in enumerate(batch.columns):
+            if i == at:
+                fields.append(pa.array(result))
+                continue
+            heads = col.take(heads_at)
+            if stored:
+                values = heads.to_pylist()
+                for k in stored:
+                    values[k] = bases[k][i]
+                try:
+                    heads = pa.array(values, type=col.type)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                    return None  # a stored field that no longer fits its column
+            fields.append(heads.take(per_record))
+        outputs = pa.RecordBatch.from_arrays(fields, names=batch.schema.names)
+        # the last running record of every key goes back to state: one write per key
+        lasts = outputs.take(pa.array(order[bounds[1:] - 1]))
+        new = tuple.__new__
+        for key, kg, values in zip(uniques, key_groups, zip(*(c.to_pylist() for c in lasts.columns))):
+            backend.current_key = key
+            backend.current_key_group = kg
+            state.update(new(row_cls, values))
+        return outputs
 
     @staticmethod
     def _winners(kind, records, sorted_values, order, bounds, base_values, bases):

@@ -6,6 +6,8 @@ processor, which runs once per record, inlines it)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.metrics import metricbase
@@ -75,6 +77,8 @@ def with_side_outputs(main, side: dict):
             side.get(value[0].tag_id, _discard)(value[1])
         else:
             main(value)
+    if hasattr(main, "columns"):  # a columnar operator's output has no side outputs
+        emit.columns = main.columns
     return emit
 
 
@@ -200,12 +204,18 @@ class OperatorChain:
                     raise user_error(op, subtask, exc, record=value) from exc
             if hasattr(inst.function, "process_batch"):
                 process.batch = self._batch_processor(op, inst, ctx, emit, process)
+            if hasattr(inst.function, "process_columns"):
+                process.columns = self._columns_processor(op, inst, emit)
             return process
         if kind == OperatorKind.SINK:
             if hasattr(op.sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
                 op.sink.use_checkpoint_storage(self.ctx.storage)
             writer = op.sink.create_writer(self.subtask, self.ctx.epoch, self.token)
             self.sink_writers[op.index] = writer
+            if hasattr(writer, "write_columns"):  # a writer that takes a columnar operator's output as is
+                write = partial(writer.write)
+                write.columns = writer.write_columns
+                return write
             return writer.write
         if kind == OperatorKind.DRIVER_SINK:
             append = self.driver_buffers.setdefault(op.driver_sink_index, []).append
@@ -251,6 +261,37 @@ class OperatorChain:
             for i in leftover:
                 cell[0] = None if stamps is None else stamps[i]
                 process(records[i], keys[i], kgs[i])
+        return run
+
+    def _columns_processor(self, op, inst, emit):
+        """A columnar operator's entry for Arrow input (``process_columns``): ``run`` returns whether
+        the operator took the chunk. Its output batch goes on whole to a target that takes columns (a
+        processor with ``columns``: a sink writer's ``write_columns``), else one named Row per record."""
+        columns = inst.function.process_columns
+        backend = inst.backend
+        subtask = self.subtask
+        cell = self.ts_cell
+        vectorized = metricbase.operator_group(op.uid, subtask).counter("numRecordsVectorized")
+        send_columns = getattr(emit, "columns", None)
+
+        def run(kgs, keys, batch, row_cls):
+            try:
+                outputs = columns(backend, kgs, keys, batch, row_cls)
+            except UserFunctionError:
+                raise
+            except Exception as exc:
+                raise user_error(op, subtask, exc, method=f"process_columns of {batch.num_rows} records") from exc
+            if outputs is None:
+                return False
+            vectorized.inc(batch.num_rows)
+            cell[0] = None
+            if send_columns is not None:
+                send_columns(outputs)
+            else:
+                new = tuple.__new__
+                for values in zip(*(c.to_pylist() for c in outputs.columns)):
+                    emit(new(row_cls, values))
+            return True
         return run
 
     def _method(self, op, name: str):

@@ -16,6 +16,7 @@ import time
 import uuid
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from keyspan.checkpoint.handles import TaskReport
 from keyspan.common import garbage
@@ -29,6 +30,7 @@ from keyspan.runtime import event_time
 from keyspan.runtime.planner import ExitKind, InputFormat, StagePlan
 from keyspan.runtime.protocol import (
     BROADCAST_CHUNK,
+    COLUMN_CHUNK,
     CONTROL_EXIT,
     DRIVER_EXIT,
     EPOCH_CONTEXT_PROPERTY,
@@ -81,6 +83,20 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
         yield from StageTask(plan, ctx, subtask, attempt).run(batches)
 
     return run
+
+
+def _joined(batches, rows: int):
+    """Consecutive Arrow batches joined up to ``rows`` rows: a columnar operator pays its per-key work
+    once per chunk, and Spark's batches (10,000 rows) hold too few records per key."""
+    pending, count = [], 0
+    for batch in batches:
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.concat_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.concat_batches(pending)
 
 
 def no_rows(batches):
@@ -188,6 +204,10 @@ class StageTask(OperatorChain):
         entry = self.entry
         single = entry[0] if len(entry) == 1 else None
         batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
+        # ... and, keyed by one column of a Spark source, Arrow chunks as they are, joined up to COLUMN_CHUNK rows
+        columns_entry = getattr(single, "columns", None) if plan.key_fields and len(plan.key_fields) == 1 else None
+        if fmt == InputFormat.TYPED_KEYED and columns_entry is not None:
+            batches = _joined(batches, COLUMN_CHUNK)
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
         key_at = [plan.typed_fields.index(c) for c in plan.key_fields] if plan.key_fields else None
         make_row = partial(tuple.__new__, row_cls)  # a typed input's values → its named Row
@@ -229,24 +249,8 @@ class StageTask(OperatorChain):
                     for e in entry:
                         e(r)
             elif fmt == InputFormat.TYPED_KEYED:
-                names = batch.schema.names
-                kg_col = batch.column(names.index("_ks_kg")).to_pylist()
-                cols = [batch.column(names.index(n)).to_pylist() for n in plan.typed_fields]
-                # the key selector named these columns (planner.key_columns), so they are each record's key
-                key_col = (cols[key_at[0]] if len(key_at) == 1
-                           else list(zip(*[cols[i] for i in key_at])))
-                records = list(map(make_row, zip(*cols)))
-                if -1 in kg_col:  # the heartbeat row that tells this task its subtask
-                    keep = [i for i, kg in enumerate(kg_col) if kg >= 0]
-                    kg_col, key_col, records = ([col[i] for i in keep] for col in (kg_col, key_col, records))
-                self.records_in += len(records)
-                if prefetch is not None:
-                    prefetch(kg_col, key_col)
-                if batch_entry is not None:
-                    batch_entry(kg_col, key_col, records, None)
-                else:
-                    for kg, key, r in zip(kg_col, key_col, records):
-                        single(r, key, kg)
+                if columns_entry is None or not self._columns(columns_entry, batch, row_cls):
+                    self._typed_keyed(batch, make_row, key_at, single, batch_entry, prefetch)
             else:  # an exchange
                 ctl = batch.column(2).to_pylist()
                 payloads = batch.column(3).to_pylist()
@@ -290,6 +294,40 @@ class StageTask(OperatorChain):
                 out = self._take_batch()
                 if out is not None:
                     yield out
+
+    def _typed_keyed(self, batch, make_row, key_at, single, batch_entry, prefetch):
+        """A chunk of a Spark source keyed in the JVM, record by record (or as a list, to a columnar operator)."""
+        names = batch.schema.names
+        kg_col = batch.column(names.index("_ks_kg")).to_pylist()
+        cols = [batch.column(names.index(n)).to_pylist() for n in self.plan.typed_fields]
+        # the key selector named these columns (planner.key_columns), so they are each record's key
+        key_col = (cols[key_at[0]] if len(key_at) == 1
+                   else list(zip(*[cols[i] for i in key_at])))
+        records = list(map(make_row, zip(*cols)))
+        if -1 in kg_col:  # the heartbeat row that tells this task its subtask
+            keep = [i for i, kg in enumerate(kg_col) if kg >= 0]
+            kg_col, key_col, records = ([col[i] for i in keep] for col in (kg_col, key_col, records))
+        self.records_in += len(records)
+        if prefetch is not None:
+            prefetch(kg_col, key_col)
+        if batch_entry is not None:
+            batch_entry(kg_col, key_col, records, None)
+        else:
+            for kg, key, r in zip(kg_col, key_col, records):
+                single(r, key, kg)
+
+    def _columns(self, columns_entry, batch, row_cls) -> bool:
+        """The same chunk as Arrow columns to the operator's ``process_columns``; False if it declined."""
+        kg_col = batch.column(batch.schema.get_field_index("_ks_kg"))
+        kgs = kg_col.to_numpy()
+        if (kgs < 0).any():  # the heartbeat row that tells this task its subtask
+            batch = batch.filter(pc.greater_equal(kg_col, 0))
+            kgs = kgs[kgs >= 0]
+        fields = batch.select(self.plan.typed_fields)
+        if not columns_entry(kgs, fields.column(self.plan.key_fields[0]), fields, row_cls):
+            return False
+        self.records_in += fields.num_rows
+        return True
 
     def _fire_timers(self):
         """Fire the keyed operator's timers that the new watermark (the one after this epoch, computed
