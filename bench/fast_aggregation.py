@@ -2,7 +2,7 @@
 streaming aggregations, on the same Parquet events in one process and one SparkSession.
 
     python bench/fast_aggregation.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 1]
-                                     [--skip-sum] [--skip-windows]
+                                     [--skip-sum] [--skip-windows] [--pyflink]
 
 1. Rolling sum per key. keyspan: ``from_spark`` (one file per epoch) → ``key_by(key).sum("value")`` →
    DiscardingSink, a checkpoint every epoch; one output per event (Flink's semantics); the final
@@ -11,7 +11,9 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    ``groupBy("key").agg(sum("value"))`` in update mode to the noop sink (one row per key changed
    in a batch — less output than keyspan's one row per event), same source and trigger.
    Also printed: events/s per core, next to Flink's published 720 k events/s/core for keyed
-   grouping (seed 003; its hardware is not this machine's).
+   grouping (seed 003; its hardware is not this machine's). With ``--pyflink``, Flink SQL's
+   ``GROUP BY key`` on a CSV copy of the same events runs too (``bench/pyflink_peer.py --mode sql``,
+   in the venv of ``--pyflink-python``; see bench/running_sum.py).
 2. Tumbling 1-minute event-time windows, sum and count per key (``bench/windowed.py``'s data and
    Spark peer: ``withWatermark(5 s).groupBy(window, key)`` in append mode). keyspan: FileSource
    (parquet, 2 files per epoch) → bounded out-of-orderness 5 s → ``window(...).aggregate(
@@ -121,6 +123,11 @@ def rolling_sum(spark, args, work: str) -> None:
         rates["spark"].append(p["rate"])
         print(f"run {i}: " + "  ".join(f"{n} {v[-1]:,.0f} ev/s" for n, v in rates.items()) + f"  ({load()})",
               flush=True)
+    if args.pyflink:  # Flink's JVM aggregation on a CSV copy of the same events, once per repeat
+        from bench.running_sum import run_pyflink
+
+        rates["flink-sql"] = [run_pyflink(args.pyflink_python, data, work, ["sql"])["sql"]["rate"]
+                              for _ in range(args.repeats)]
     m = {n: statistics.median(v) for n, v in rates.items()}
     cores = int(spark.conf.get("spark.sql.shuffle.partitions"))
     print(f"\nKeyedStream.sum: {args.events:,} events, {args.keys:,} keys, {args.files} epochs, parallelism {cores}, "
@@ -131,6 +138,9 @@ def rolling_sum(spark, args, work: str) -> None:
     print(f"Spark groupBy(key).sum() {m['spark']:>10,.0f} events/s")
     print(f"fast / Spark = {m['fast'] / m['spark']:.2f}x   per-record / Spark = {m['per-record'] / m['spark']:.2f}x   "
           f"fast / per-record = {m['fast'] / m['per-record']:.2f}x", flush=True)
+    if "flink-sql" in m:
+        print(f"Flink SQL GROUP BY (JVM) {m['flink-sql']:>10,.0f} events/s   fast / Flink SQL = "
+              f"{m['fast'] / m['flink-sql']:.2f}x", flush=True)
 
 
 # --- tumbling windows -------------------------------------------------------------------------------------
@@ -337,6 +347,10 @@ def main():
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
     ap.add_argument("--operator-only", action="store_true", help="only the aggregation step, without Spark")
+    ap.add_argument("--pyflink", action="store_true", help="also run the rolling sum as Flink SQL GROUP BY "
+                    "(bench/pyflink_peer.py, in a venv with apache-flink)")
+    ap.add_argument("--pyflink-python", default="/work/pyflink-venv/bin/python",
+                    help="the python of a venv with apache-flink")
     args = ap.parse_args()
     if args.operator_only:
         operator_only(args)

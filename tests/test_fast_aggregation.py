@@ -12,16 +12,18 @@ import json
 import random
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyspan.common import Duration, Row, Time, WatermarkStrategy
+from keyspan.common import Duration, Row, Time, Types, WatermarkStrategy
 from keyspan.common.serialization import Encoder
 from keyspan.connectors.driver_sinks import CollectSink
 from keyspan.datastream import StreamExecutionEnvironment
 from keyspan.datastream.aggregates import Avg, BatchAggregateFunction, Count, First, Last, Max, Min, Sum
 from keyspan.datastream.connectors.file_system import FileSink
+from keyspan.datastream.formats.parquet import ParquetBulkWriters
 from keyspan.datastream.functions import ProcessWindowFunction
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
@@ -376,3 +378,29 @@ def test_a_spark_source_keyed_by_a_column_aggregates_as_arrow_columns(spark, wor
         state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(), job,
                                    "agg")["_reduce_state"]
         assert {k: tuple(v) for k, v in state.items()} == {k: v[-1] for k, v in expected.items()}
+    # Parquet part files take the columns too, mixed with records where a chunk went record by record
+    out = workdir / "parquet"
+    row_type = Types.ROW_NAMED(["key", "value", "label", "weight"],
+                               [Types.LONG(), Types.LONG(), Types.STRING(), Types.DOUBLE()])
+    sink = FileSink.for_bulk_format(str(out), ParquetBulkWriters.for_row_type(row_type)).build()
+    assert hasattr(sink.create_writer(0, 1, "t"), "write_columns")
+    assert _rolling_from_spark(spark, workdir / "events", "sum", "value", True, sink, "sum-parquet") == len(data)
+    written = pq.read_table(out).to_pylist()
+    assert sorted(tuple(r.values()) for r in written) == sorted(reference_rolling("sum", data, 1))
+
+
+def test_a_bulk_part_file_keeps_records_and_columns_in_their_order(tmp_path):
+    """A part file written partly as records and partly as Arrow batches holds them in write order."""
+    import pyarrow as pa
+
+    row_type = Types.ROW_NAMED(["k", "v"], [Types.STRING(), Types.INT()])
+    sink = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_row_type(row_type)).build()
+    writer = sink.create_writer(0, 1, "t")
+    writer.write(Row(k="a", v=1))
+    writer.write_columns(pa.RecordBatch.from_pydict({"k": ["b", "c"], "v": pa.array([2, 3], pa.int64())}))
+    writer.write(Row(k="d", v=4))
+    writer.write_columns(pa.RecordBatch.from_pydict({"v": [5], "k": ["e"]}))
+    (handle,) = writer.finish()
+    table = pq.read_table(pa.BufferReader(sink.storage().read(handle["staged"])))
+    assert table.schema.field("v").type == pa.int32()
+    assert table.to_pylist() == [{"k": k, "v": v} for k, v in zip("abcde", range(1, 6))]

@@ -191,7 +191,9 @@ class OnCheckpointRollingPolicy(RollingPolicy):
 
 class BulkWriterFactory:
     """Writes a whole part file at once from its records (``for_bulk_format``); ``encode(records)``
-    returns the file's bytes."""
+    returns the file's bytes. A factory that also has ``encode_pieces(pieces)`` takes a part file
+    as pieces in order, each a list of records or a ``pyarrow.RecordBatch`` of them (a columnar
+    operator's output, see docs/aggregations.md)."""
 
     def encode(self, records: list) -> bytes:
         raise NotImplementedError
@@ -216,13 +218,27 @@ class _BulkPart:
     def __init__(self, factory: BulkWriterFactory):
         self._factory = factory
         self.records: list = []
+        self.batches: list = []  # (records written before it, Arrow batch), in order
         self.size = 0  # unknown until written: bulk formats roll on checkpoints only
 
     def add(self, value):
         self.records.append(value)
 
+    def add_columns(self, batch):
+        self.batches.append((len(self.records), batch))
+
     def close(self) -> bytes:
-        return self._factory.encode(self.records)
+        if not self.batches:
+            return self._factory.encode(self.records)
+        pieces, done = [], 0
+        for before, batch in self.batches:
+            if before > done:
+                pieces.append(self.records[done:before])
+                done = before
+            pieces.append(batch)
+        if done < len(self.records):
+            pieces.append(self.records[done:])
+        return self._factory.encode_pieces(pieces)
 
 
 # --- the sink --------------------------------------------------------------------------------------
@@ -358,9 +374,17 @@ class FileSinkWriter:
         self._open: dict[str, tuple] = {}  # bucket → (part, opened at ms)
         self._counts: dict[str, int] = {}  # bucket → part files started this epoch
         self._handles: list[dict] = []
+        if (hasattr(sink.bulk_writer, "encode_pieces") and not self._rolls
+                and type(sink.bucket_assigner) in (BasePathBucketAssigner, DateTimeBucketAssigner)):
+            self.write_columns = self._write_columns  # no record's content decides its bucket or part
 
     def write(self, value) -> None:
-        bucket = self._assign(value, self._context)
+        self._part(self._assign(value, self._context)).add(value)
+
+    def _write_columns(self, batch) -> None:
+        self._part(self._assign(None, self._context)).add_columns(batch)
+
+    def _part(self, bucket: str):
         current = self._open.get(bucket)
         if current is not None and self._rolls:
             now = int(time.time() * 1000)
@@ -369,7 +393,7 @@ class FileSinkWriter:
                 current = None
         if current is None:
             current = self._open[bucket] = (self._sink.new_part(), int(time.time() * 1000))
-        current[0].add(value)
+        return current[0]
 
     def _close(self, bucket: str) -> None:
         part, _ = self._open.pop(bucket)

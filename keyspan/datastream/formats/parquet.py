@@ -42,15 +42,38 @@ class _ParquetRowWriterFactory(BulkWriterFactory):
         self.schema = pa.schema(list(schema))
 
     def encode(self, records: list) -> bytes:
-        names = self.row_type.field_names
-        columns = list(zip(*(_values(r, names) for r in records))) if records else [[] for _ in names]
-        table = pa.table([pa.array(list(c), f.type) for c, f in zip(columns, self.schema)], schema=self.schema)
+        return self.encode_pieces([records])
+
+    def encode_pieces(self, pieces: list) -> bytes:
+        tables = [self._table(p) for p in pieces]
         out = io.BytesIO()
-        pq.write_table(table, out)
+        pq.write_table(tables[0] if len(tables) == 1 else pa.concat_tables(tables), out)
         return out.getvalue()
+
+    def _table(self, piece) -> pa.Table:
+        names = self.row_type.field_names
+        if isinstance(piece, list):
+            columns = list(zip(*(_values(r, names) for r in piece))) if piece else [[] for _ in names]
+            return pa.table([pa.array(list(c), f.type) for c, f in zip(columns, self.schema)], schema=self.schema)
+        given = piece.schema.names
+        return pa.table([_column(piece.column(f.name), f.type) if f.name in given else pa.nulls(piece.num_rows, f.type)
+                         for f in self.schema], schema=self.schema)
 
     def get_row_type(self) -> RowTypeInfo:
         return self.row_type
+
+
+def _column(column: pa.Array, type_: pa.DataType) -> pa.Array:
+    """An Arrow column as the row type's column: the values records of it would give."""
+    if column.type == type_:
+        return column
+    numbers = (pa.types.is_integer, pa.types.is_floating)
+    if any(t(column.type) for t in numbers) and any(t(type_) for t in numbers):
+        try:
+            return column.cast(type_)  # as Python numbers would convert, or it raises: then through Python
+        except pa.ArrowException:
+            pass
+    return pa.array(column.to_pylist(), type_)
 
 
 def _values(record, names) -> tuple:
