@@ -23,7 +23,8 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
 
 3. ``--operator-only``: the aggregation step alone, without Spark — the rolling-sum operator over
    the same events in chunks of 16 k records, on the heap backend, per-record (``process_element``
-   per record) vs columnar (``process_batch`` per chunk); CPU seconds of this process
+   per record) vs columnar (``process_batch`` per chunk) vs Arrow (``process_columns`` on Arrow
+   columns in chunks of 64 k, as a keyed stage fed by a Spark source gets them); CPU seconds of this process
    (``time.process_time``), so a busy machine disturbs it less than the end-to-end runs. The
    same for the tumbling-window sum-and-count operator (``process_element`` vs ``process_batch``).
 
@@ -202,11 +203,13 @@ def windows(spark, args, work: str) -> None:
 
 def operator_only(args) -> None:
     import numpy as np
+    import pyarrow as pa
 
     from keyspan.common.types import Row
     from keyspan.datastream.data_stream import _KeyedReduce
     from keyspan.datastream.aggregates import RollingAggregation
     from keyspan.runtime.operators.vectorized import RollingAggregateOperator
+    from keyspan.runtime.protocol import COLUMN_CHUNK
     from keyspan.state.heap import HeapKeyedStateBackend
     from keyspan.state.keygroups import assign_to_key_group
 
@@ -225,14 +228,28 @@ def operator_only(args) -> None:
     kgs = [kg_of[k] for k in keys]
     chunk = 16_384
     results = {}
-    for name in ("per-record", "columnar"):
+    for name in ("per-record", "columnar", "arrow"):
         backend = HeapKeyedStateBackend("sum", range(0, 128))
         op = _KeyedReduce(RollingAggregation("sum", "value"))
-        if name == "columnar":
+        if name != "per-record":
             op = RollingAggregateOperator(op)
-            fallback = 0
+            fallback = 0 if name == "columnar" else fallback
         op.open(RuntimeContext(backend))
         out = 0
+        if name == "arrow":  # Spark's Arrow columns as a keyed stage receives them, COLUMN_CHUNK rows at a time
+            table = pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.int64()), "value": pa.array(values, pa.int64())})
+            kg_column = np.array(kgs, dtype=np.int32)
+            row_cls = type(records[0])
+            start = time.process_time()
+            for lo in range(0, len(records), COLUMN_CHUNK):
+                batch = table.slice(lo, COLUMN_CHUNK)
+                result = op.process_columns(backend, kg_column[lo:lo + COLUMN_CHUNK], batch.column(0), batch, row_cls)
+                out += result.num_rows
+            seconds = time.process_time() - start
+            assert out == len(records)
+            backend.current_key, backend.current_key_group = keys[-1], kgs[-1]
+            results[name] = (len(records) / seconds, op._per_record._state.value())
+            continue
         start = time.process_time()
         for lo in range(0, len(records), chunk):
             ks, gs, rs = keys[lo:lo + chunk], kgs[lo:lo + chunk], records[lo:lo + chunk]
@@ -257,12 +274,14 @@ def operator_only(args) -> None:
         assert out == len(records)
         backend.current_key, backend.current_key_group = keys[-1], kgs[-1]
         results[name] = (len(records) / seconds, op._state.value() if name == "per-record" else op._per_record._state.value())
-    assert results["per-record"][1] == results["columnar"][1]
-    per, col = results["per-record"][0], results["columnar"][0]
+    assert results["per-record"][1] == results["columnar"][1] == results["arrow"][1]
+    per, col, arrow = results["per-record"][0], results["columnar"][0], results["arrow"][0]
     print(f"rolling sum operator alone: {args.events:,} events, {args.keys:,} keys, chunks of {chunk:,}, heap state, "
           f"CPU time ({load()})")
     print(f"per-record  {per:>12,.0f} events/CPU-s\ncolumnar    {col:>12,.0f} events/CPU-s   "
-          f"columnar / per-record = {col / per:.2f}x ({fallback:,} records declined to the per-record path)", flush=True)
+          f"columnar / per-record = {col / per:.2f}x ({fallback:,} records declined to the per-record path)")
+    print(f"arrow       {arrow:>12,.0f} events/CPU-s   arrow / per-record = {arrow / per:.2f}x (Arrow columns in and "
+          f"out, chunks of {COLUMN_CHUNK:,})", flush=True)
     window_operator_only(records, keys, kgs, chunk)
 
 

@@ -122,6 +122,34 @@ def _grouped_accumulate(kind, sorted_values, bounds, dtype):
     return (grouped.cummin() if kind == "min" else grouped.cummax()).to_numpy(dtype=sorted_values.dtype)
 
 
+def _winners(kind: str, column, codes, n_keys: int, base_values: list):
+    """min_by/max_by: for each record, the index of the record holding its key's running extremum (the
+    first one on ties, as Flink's), or -1 while the key's stored record still wins; also the key-sorted
+    order and its bounds."""
+    import pandas as pd
+
+    order, bounds = segments(codes, n_keys)
+    sorted_values = column[order]
+    seg = np.repeat(np.arange(n_keys), np.diff(bounds))
+    starts = bounds[:-1]
+    better = np.less if kind == "min_by" else np.greater
+    folded = sorted_values.copy()
+    for k, b in enumerate(base_values):  # the stored record competes first
+        if b is not None and not better(folded[starts[k]], b):
+            folded[starts[k]] = b
+    grouped = pd.Series(folded).groupby(seg, sort=False)
+    running = (grouped.cummin() if kind == "min_by" else grouped.cummax()).to_numpy(dtype=folded.dtype)
+    previous = np.empty_like(running)
+    previous[1:] = running[:-1]
+    new_best = better(sorted_values, previous)
+    for k, b in enumerate(base_values):
+        new_best[starts[k]] = True if b is None else bool(better(sorted_values[starts[k]], b))
+    positions = np.where(new_best, order, -1)
+    chosen = np.empty_like(positions)
+    chosen[order] = pd.Series(positions).groupby(seg, sort=False).cummax().to_numpy()
+    return chosen, order, bounds
+
+
 class RollingAggregateOperator:
     """``_KeyedReduce`` over a ``RollingAggregation`` (same state, same per-record path), plus the
     chunk-at-a-time path."""
@@ -198,8 +226,8 @@ class RollingAggregateOperator:
             else:
                 outputs = [replace_field(heads[c], pos, v) for c, v in zip(codes.tolist(), result.tolist())]
         else:
-            order, bounds = segments(codes, n_keys)
-            outputs = self._winners(kind, records, column[order], order, bounds, base_values, bases)
+            chosen, order, bounds = _winners(kind, column, codes, n_keys, base_values)
+            outputs = [records[w] if w >= 0 else bases[c] for w, c in zip(chosen.tolist(), codes.tolist())]
         # the last running value of every key goes back to state: one write per key
         lasts = order[bounds[1:] - 1].tolist()
         for i in lasts:
@@ -212,12 +240,12 @@ class RollingAggregateOperator:
         """A chunk of a Spark source keyed by one column, as Arrow columns (``kgs`` a NumPy array of key
         groups, ``keys`` the key column, ``batch`` the fields of ``row_cls``): the outputs as an Arrow
         batch of the same fields, without a Python object per record. None (nothing done) when the
-        chunk does not qualify: min_by/max_by, a field that is not a number, nulls, NaN, float keys, or
-        stored values another type; it then runs record by record."""
+        chunk does not qualify: a field that is not a number, nulls, NaN, float keys, or stored values
+        of another type; it then runs record by record."""
         agg = self._agg
         kind = agg.kind
         at = agg._index_in(row_cls)
-        if kind not in ("sum", "min", "max") or at is None or not batch.num_rows:
+        if at is None or not batch.num_rows:
             return None
         field = batch.column(at)
         if keys.null_count or field.null_count or pa.types.is_floating(keys.type):
@@ -254,27 +282,26 @@ class RollingAggregateOperator:
         base_values = [None if b is None else b[at] for b in bases]
         if not _bases_fit(base_values, python_type):
             return None
-        result, order, bounds = _running(kind, column, codes, len(uniques), base_values)
-        # the other fields are the key's first record's (stored, or its first of this chunk)
-        per_record = pa.array(codes)
-        heads_at = pa.array(firsts)
+        # each key's stored record as a row of the chunk's columns, appended after the chunk's rows
         stored = [k for k, b in enumerate(bases) if b is not None]
-        fields = []
-        for i, col in enumerate(batch.columns):
-            if i == at:
-                fields.append(pa.array(result))
-                continue
-            heads = col.take(heads_at)
-            if stored:
-                values = heads.to_pylist()
-                for k in stored:
-                    values[k] = bases[k][i]
-                try:
-                    heads = pa.array(values, type=col.type)
-                except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                    return None  # a stored field that no longer fits its column
-            fields.append(heads.take(per_record))
-        outputs = pa.RecordBatch.from_arrays(fields, names=batch.schema.names)
+        try:
+            rows = batch if not stored else pa.concat_batches([batch, pa.RecordBatch.from_arrays(
+                [pa.array([None if b is None else b[i] for b in bases], type=col.type)
+                 for i, col in enumerate(batch.columns)], schema=batch.schema)])
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None  # a stored field that no longer fits its column
+        stored_row = len(batch) + codes  # each record's key's stored record, in ``rows``
+        if kind in ("sum", "min", "max"):
+            result, order, bounds = _running(kind, column, codes, len(uniques), base_values)
+            # the other fields are the key's first record's: the stored one, or its first of this chunk
+            has_base = np.array([b is not None for b in bases], dtype=bool)
+            heads = np.where(has_base[codes], stored_row, firsts[codes])
+            taken = rows.take(pa.array(heads))
+            outputs = taken.set_column(at, batch.schema.field(at).with_type(pa.from_numpy_dtype(result.dtype)),
+                                       pa.array(result))
+        else:
+            chosen, order, bounds = _winners(kind, column, codes, len(uniques), base_values)
+            outputs = rows.take(pa.array(np.where(chosen >= 0, chosen, stored_row)))
         # the last running record of every key goes back to state: one write per key
         lasts = outputs.take(pa.array(order[bounds[1:] - 1]))
         new = tuple.__new__
@@ -283,34 +310,6 @@ class RollingAggregateOperator:
             backend.current_key_group = kg
             state.update(new(row_cls, values))
         return outputs
-
-    @staticmethod
-    def _winners(kind, records, sorted_values, order, bounds, base_values, bases):
-        """min_by/max_by: each record's output is the record holding the running extremum (the first
-        one on ties, as Flink's), or the stored record while it still wins."""
-        import pandas as pd
-
-        n_keys = len(bounds) - 1
-        seg = np.repeat(np.arange(n_keys), np.diff(bounds))
-        starts = bounds[:-1]
-        better = np.less if kind == "min_by" else np.greater
-        folded = sorted_values.copy()
-        for k, b in enumerate(base_values):  # the stored record competes first
-            if b is not None and not better(folded[starts[k]], b):
-                folded[starts[k]] = b
-        grouped = pd.Series(folded).groupby(seg, sort=False)
-        running = (grouped.cummin() if kind == "min_by" else grouped.cummax()).to_numpy(dtype=folded.dtype)
-        previous = np.empty_like(running)
-        previous[1:] = running[:-1]
-        new_best = better(sorted_values, previous)
-        for k, b in enumerate(base_values):
-            new_best[starts[k]] = True if b is None else bool(better(sorted_values[starts[k]], b))
-        positions = np.where(new_best, order, -1)
-        winner = pd.Series(positions).groupby(seg, sort=False).cummax().to_numpy()
-        out = [None] * len(records)
-        for sorted_i, (idx, w) in enumerate(zip(order.tolist(), winner.tolist())):
-            out[idx] = records[w] if w >= 0 else bases[seg[sorted_i]]
-        return out
 
 
 class VectorizedWindowOperator(WindowOperator):
