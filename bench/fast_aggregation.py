@@ -243,7 +243,7 @@ def operator_only(args) -> None:
             start = time.process_time()
             for lo in range(0, len(records), COLUMN_CHUNK):
                 batch = table.slice(lo, COLUMN_CHUNK)
-                result = op.process_columns(backend, kg_column[lo:lo + COLUMN_CHUNK], batch.column(0), batch, row_cls)
+                result = op.process_columns(backend, kg_column[lo:lo + COLUMN_CHUNK], [batch.column(0)], batch, row_cls)
                 out += result.num_rows
             seconds = time.process_time() - start
             assert out == len(records)

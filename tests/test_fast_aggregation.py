@@ -391,6 +391,31 @@ def test_a_spark_source_keyed_by_a_column_aggregates_as_arrow_columns(spark, wor
     assert sorted(tuple(r.values()) for r in written) == sorted(reference_rolling("sum", data, 1))
 
 
+def test_a_key_of_several_columns_takes_the_arrow_path(spark, workdir):
+    """``key_by(lambda r: (r.label, r.key))``: tuple keys from two columns, each once per epoch (too few
+    for the list path), summed across two epochs on the Arrow columns."""
+    path = workdir / "tuple-keys"
+    rows = []
+    for epoch in range(2):
+        part = [(i % 50, i + 1000 * epoch, f"r{i // 50}", float(i)) for i in range(150)]
+        spark.createDataFrame(part, SPARK_EVENTS).coalesce(1).write.mode("append").parquet(str(path))
+        rows += part
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    events = spark.readStream.schema(SPARK_EVENTS).option("maxFilesPerTrigger", 1).parquet(str(path))
+    sink = CollectSink()
+    env.from_spark(events, bounded=True).key_by(lambda r: (r.label, r.key)).sum("value").sink_to(sink)
+    result = env.execute("tuple-keys")
+    assert sum(m["value"] for m in result.metrics.user_metrics() if m["name"] == "numRecordsVectorized") == len(rows)
+    expected: dict = {}
+    for r in rows:
+        runs = expected.setdefault((r[2], r[0]), [])
+        runs.append(r if not runs else (r[0], runs[-1][1] + r[1], *runs[0][2:]))
+    got: dict = {}
+    for r in sink.results():
+        got.setdefault((r.label, r.key), []).append(tuple(r))
+    assert got == expected
+
+
 def test_a_bulk_part_file_keeps_records_and_columns_in_their_order(tmp_path):
     """A part file written partly as records and partly as Arrow batches holds them in write order."""
     import pyarrow as pa

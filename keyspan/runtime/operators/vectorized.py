@@ -61,6 +61,23 @@ def _key_codes(keys: list):
     return codes, firsts, len(index)
 
 
+def _arrow_key_codes(columns: list):
+    """Keys held in one or more Arrow columns: each record's dense key code, each code's first record,
+    and each code's key (a tuple of the columns' values for several columns, as the selector gives)."""
+    if len(columns) == 1:
+        encoded = columns[0].dictionary_encode()  # codes in order of first appearance
+        codes = encoded.indices.to_numpy().astype(np.int64)
+        firsts = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        return codes, firsts, encoded.dictionary.to_pylist()
+    codes = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:  # kept dense after each column, so the combined code cannot overflow
+        indices = column.dictionary_encode().indices.to_numpy().astype(np.int64)
+        _, codes = np.unique(codes * (int(indices.max()) + 1) + indices, return_inverse=True)
+    _, firsts = np.unique(codes, return_index=True)
+    at = pa.array(firsts)
+    return codes, firsts, list(zip(*(column.take(at).to_pylist() for column in columns)))
+
+
 def _numeric(values: list):
     """``values`` as int64 (all ints, sums cannot overflow) or float64 (all floats, no NaN), else None."""
     kinds = set(map(type, values))
@@ -237,8 +254,8 @@ class RollingAggregateOperator:
         return outputs, stamps, ()
 
     def process_columns(self, backend, kgs, keys, batch, row_cls):
-        """A chunk of a Spark source keyed by one column, as Arrow columns (``kgs`` a NumPy array of key
-        groups, ``keys`` the key column, ``batch`` the fields of ``row_cls``): the outputs as an Arrow
+        """A chunk of a Spark source keyed by columns, as Arrow columns (``kgs`` a NumPy array of key
+        groups, ``keys`` the key columns, ``batch`` the fields of ``row_cls``): the outputs as an Arrow
         batch of the same fields, without a Python object per record. None (nothing done) when the
         chunk does not qualify: a field that is not a number, nulls, NaN, float keys, or stored values
         of another type; it then runs record by record."""
@@ -248,7 +265,7 @@ class RollingAggregateOperator:
         if at is None or not batch.num_rows:
             return None
         field = batch.column(at)
-        if keys.null_count or field.null_count or pa.types.is_floating(keys.type):
+        if field.null_count or any(k.null_count or pa.types.is_floating(k.type) for k in keys):
             return None
         if pa.types.is_integer(field.type) and field.type != pa.uint64():
             column = field.to_numpy().astype(np.int64)
@@ -263,10 +280,7 @@ class RollingAggregateOperator:
             python_type = float
         else:
             return None
-        encoded = keys.dictionary_encode()  # codes in order of first appearance
-        codes = encoded.indices.to_numpy().astype(np.int64)
-        uniques = encoded.dictionary.to_pylist()
-        firsts = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        codes, firsts, uniques = _arrow_key_codes(keys)
         key_groups = kgs[firsts].tolist()
         prefetch = getattr(backend, "prefetch", None)
         if prefetch is not None:

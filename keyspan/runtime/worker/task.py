@@ -204,8 +204,8 @@ class StageTask(OperatorChain):
         entry = self.entry
         single = entry[0] if len(entry) == 1 else None
         batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
-        # ... and, keyed by one column of a Spark source, Arrow chunks as they are, joined up to COLUMN_CHUNK rows
-        columns_entry = getattr(single, "columns", None) if plan.key_fields and len(plan.key_fields) == 1 else None
+        # ... and, keyed by columns of a Spark source, Arrow chunks as they are, joined up to COLUMN_CHUNK rows
+        columns_entry = getattr(single, "columns", None) if plan.key_fields else None
         if fmt == InputFormat.TYPED_KEYED and columns_entry is not None:
             batches = _joined(batches, COLUMN_CHUNK)
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
@@ -324,7 +324,7 @@ class StageTask(OperatorChain):
             batch = batch.filter(pc.greater_equal(kg_col, 0))
             kgs = kgs[kgs >= 0]
         fields = batch.select(self.plan.typed_fields)
-        if not columns_entry(kgs, fields.column(self.plan.key_fields[0]), fields, row_cls):
+        if not columns_entry(kgs, [fields.column(k) for k in self.plan.key_fields], fields, row_cls):
             return False
         self.records_in += fields.num_rows
         return True
