@@ -9,7 +9,9 @@ one ran never shows in checkpoints, savepoints or results.
 
 * ``RollingAggregateOperator`` — ``KeyedStream.sum/min/max/min_by/max_by``: one output per record,
   the key's running value, computed as grouped cumulative sums/minima offset by the stored value;
-  state is read and written once per key and chunk instead of once per record.
+  state is read and written once per key and chunk instead of once per record. Fed by a Spark source
+  keyed in the JVM, ``process_columns`` takes the Arrow columns themselves and returns its outputs
+  as an Arrow batch, which a sink that takes columns writes as it is.
 * ``VectorizedWindowOperator`` — ``window(...).aggregate(f)`` with a ``BatchAggregateFunction`` on
   event-time tumbling/sliding windows and the default trigger: each chunk is pre-aggregated per
   (key, window) and merged into the window's accumulator; firing, lateness and cleanup stay the
@@ -169,7 +171,7 @@ def _winners(kind: str, column, codes, n_keys: int, base_values: list):
 
 class RollingAggregateOperator:
     """``_KeyedReduce`` over a ``RollingAggregation`` (same state, same per-record path), plus the
-    chunk-at-a-time path."""
+    chunk-at-a-time paths: a list of records (``process_batch``) or Arrow columns (``process_columns``)."""
 
     def __init__(self, keyed_reduce):
         self._per_record = keyed_reduce
@@ -297,9 +299,9 @@ class RollingAggregateOperator:
         if not _bases_fit(base_values, python_type):
             return None
         # each key's stored record as a row of the chunk's columns, appended after the chunk's rows
-        stored = [k for k, b in enumerate(bases) if b is not None]
+        has_base = np.array([b is not None for b in bases], dtype=bool)
         try:
-            rows = batch if not stored else pa.concat_batches([batch, pa.RecordBatch.from_arrays(
+            rows = batch if not has_base.any() else pa.concat_batches([batch, pa.RecordBatch.from_arrays(
                 [pa.array([None if b is None else b[i] for b in bases], type=col.type)
                  for i, col in enumerate(batch.columns)], schema=batch.schema)])
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -308,7 +310,6 @@ class RollingAggregateOperator:
         if kind in ("sum", "min", "max"):
             result, order, bounds = _running(kind, column, codes, len(uniques), base_values)
             # the other fields are the key's first record's: the stored one, or its first of this chunk
-            has_base = np.array([b is not None for b in bases], dtype=bool)
             heads = np.where(has_base[codes], stored_row, firsts[codes])
             taken = rows.take(pa.array(heads))
             outputs = taken.set_column(at, batch.schema.field(at).with_type(pa.from_numpy_dtype(result.dtype)),
