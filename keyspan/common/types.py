@@ -111,3 +111,8 @@ class _PackedRows:
 def rows_from_columns(fields: tuple[str, ...], columns) -> list:
     """Rows of the named class of ``fields``, one per position of the (equally long) ``columns``."""
     return list(map(partial(tuple.__new__, named_row_class(fields)), zip(*columns)))
+
+
+def rows_of_arrow(data) -> list:
+    """A ``pyarrow`` table's or record batch's rows, as Rows of the named class of its column names."""
+    return rows_from_columns(tuple(data.column_names), [c.to_pylist() for c in data.columns])

@@ -18,7 +18,7 @@ import posixpath
 import pyarrow as pa
 
 from keyspan.io.storage import Storage
-from keyspan.common.types import Row, rows_from_columns
+from keyspan.common.types import Row, rows_of_arrow
 from keyspan.common.serialization import ParseError
 from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.sources import KeyspanSource, SourceReader, split_range
@@ -78,7 +78,7 @@ class StreamFormat:
             import pyarrow.parquet as pq
 
             try:
-                return _rows(pq.read_table(io.BytesIO(data)))
+                return rows_of_arrow(pq.read_table(io.BytesIO(data)))
             except (pa.ArrowException, OSError) as exc:
                 return [poison(data, name, f"not a readable Parquet file: {exc}")]
         raise ValueError(f"unknown file format {self.kind}")
@@ -139,15 +139,11 @@ class StreamFormat:
             if failure:
                 raise failure[0] from None
             return [poison(data, name, f"not readable as CSV: {exc}")]
-        return _rows(table) + bad
+        return rows_of_arrow(table) + bad
 
 
 def _what(kind: str) -> str:
     return {"jsonl": "malformed JSON", "text": "undecodable text"}.get(kind, "unreadable record")
-
-
-def _rows(table: pa.Table) -> list:
-    return rows_from_columns(tuple(table.column_names), [c.to_pylist() for c in table.columns])
 
 
 def _visible_files(folder: Storage) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from keyspan.common.types import Row
+from keyspan.common.types import Row, rows_of_arrow
 from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggregation, replace_field, segments
 from keyspan.datastream.window import (
     EventTimeTrigger,
@@ -318,12 +318,11 @@ class RollingAggregateOperator:
             chosen, order, bounds = _winners(kind, column, codes, len(uniques), base_values)
             outputs = rows.take(pa.array(np.where(chosen >= 0, chosen, stored_row)))
         # the last running record of every key goes back to state: one write per key
-        lasts = outputs.take(pa.array(order[bounds[1:] - 1]))
-        new = tuple.__new__
-        for key, kg, values in zip(uniques, key_groups, zip(*(c.to_pylist() for c in lasts.columns))):
+        lasts = rows_of_arrow(outputs.take(pa.array(order[bounds[1:] - 1])))
+        for key, kg, last in zip(uniques, key_groups, lasts):
             backend.current_key = key
             backend.current_key_group = kg
-            state.update(new(row_cls, values))
+            state.update(last)
         return outputs
 
 

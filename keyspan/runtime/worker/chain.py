@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from keyspan.common.types import rows_of_arrow
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.metrics import metricbase
@@ -288,9 +289,8 @@ class OperatorChain:
             if send_columns is not None:
                 send_columns(outputs)
             else:
-                new = tuple.__new__
-                for values in zip(*(c.to_pylist() for c in outputs.columns)):
-                    emit(new(row_cls, values))
+                for row in rows_of_arrow(outputs):
+                    emit(row)
             return True
         return run
 

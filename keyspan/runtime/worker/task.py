@@ -93,10 +93,10 @@ def _joined(batches, rows: int):
         pending.append(batch)
         count += batch.num_rows
         if count >= rows:
-            yield pa.concat_batches(pending)
+            yield pa.concat_batches(pending) if len(pending) > 1 else batch
             pending, count = [], 0
     if pending:
-        yield pa.concat_batches(pending)
+        yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
 
 
 def no_rows(batches):
