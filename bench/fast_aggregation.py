@@ -2,7 +2,7 @@
 streaming aggregations, on the same Parquet events in one process and one SparkSession.
 
     python bench/fast_aggregation.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 1]
-                                     [--skip-sum] [--skip-windows] [--pyflink]
+                                     [--skip-sum] [--skip-windows] [--window-source spark|file] [--pyflink]
 
 1. Rolling sum per key. keyspan: ``from_spark`` (one file per epoch) → ``key_by(key).sum("value")`` →
    DiscardingSink, a checkpoint every epoch; one output per event (Flink's semantics); the final
@@ -15,9 +15,11 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    ``GROUP BY key`` on a CSV copy of the same events runs too (``bench/pyflink_peer.py --mode sql``,
    in the venv of ``--pyflink-python``; see bench/running_sum.py).
 2. Tumbling 1-minute event-time windows, sum and count per key (``bench/windowed.py``'s data and
-   Spark peer: ``withWatermark(5 s).groupBy(window, key)`` in append mode). keyspan: FileSource
-   (parquet, 2 files per epoch) → bounded out-of-orderness 5 s → ``window(...).aggregate(
-   SumAndCount("value"), KeyAndWindow())`` on the fast path and on the per-record path; every
+   Spark peer: ``withWatermark(5 s).groupBy(window, key)`` in append mode). keyspan: ``from_spark``
+   over Spark's Parquet stream, as the peer reads it (2 files per epoch) → bounded out-of-orderness
+   5 s with the timestamp from column ``ts`` → ``key_by(key)`` → ``window(...).aggregate(
+   SumAndCount("value"), KeyAndWindow())`` on the fast path and on the per-record path
+   (``--window-source file``: keyspan's FileSource, read in a Python source stage, instead); every
    window result is delivered after its checkpoint commits and checked against the expected sums
    and counts; Spark's emitted row count is checked against its watermark rule.
 
@@ -146,16 +148,22 @@ def rolling_sum(spark, args, work: str) -> None:
 
 # --- tumbling windows -------------------------------------------------------------------------------------
 
-def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize: bool) -> dict:
+def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize: bool, source: str = "spark") -> dict:
     options.install(options.RunOptions(workdir=workdir, fresh=True, rest_api=False))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
     env.set_vectorized_aggregation(vectorize)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(5)).with_timestamp_assigner(ts_of)
-    files = FileSource.for_record_stream_format(StreamFormat.parquet_format(), directory) \
-        .set_max_files_per_epoch(2).build()
+    if source == "file":
+        files = FileSource.for_record_stream_format(StreamFormat.parquet_format(), directory) \
+            .set_max_files_per_epoch(2).build()
+        timed = env.from_source(files, strategy, "events")
+    else:
+        events = spark.readStream.schema("key long, ts long, value long").option("maxFilesPerTrigger", 2) \
+            .parquet(directory)
+        timed = env.from_spark(events, bounded=True).assign_timestamps_and_watermarks(strategy)
     sink = Results()
-    (env.from_source(files, strategy, "events").key_by(lambda r: r.key)
+    (timed.key_by(lambda r: r.key)
         .window(TumblingEventTimeWindows.of(Time.minutes(1)))
         .aggregate(SumAndCount("value"), KeyAndWindow()).uid("windows")
         .add_sink(sink))
@@ -174,13 +182,14 @@ def windows(spark, args, work: str) -> None:
     warm = os.path.join(work, "window-warm")
     generate(warm, 20_000, 1_000, 2, seed=1)
     for vectorize in (True, False):
-        run_keyspan_windows(spark, warm, os.path.join(work, f"ksw-warm-{vectorize}"), f"w-warm-{vectorize}", vectorize)
+        run_keyspan_windows(spark, warm, os.path.join(work, f"ksw-warm-{vectorize}"), f"w-warm-{vectorize}", vectorize,
+                            args.window_source)
     run_spark(spark, warm, os.path.join(work, "spw-warm"), HDFS)
     rates = {"fast": [], "per-record": [], "spark": []}
     for i in range(args.repeats):
         for name, vectorize in (("fast", True), ("per-record", False)):
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, f"ksw-{name}-{i}"), f"windows-{name}-{i}",
-                                    vectorize)
+                                    vectorize, args.window_source)
             assert r["windows"] == expected, f"{name}: window results differ from the expected sums and counts"
             assert (r["vectorized"] > 0) == vectorize, f"{name}: {r['vectorized']} records took the fast path"
             print(f"  {name}: {r['vectorized']:,} of {r['events']:,} records on the fast path", flush=True)
@@ -191,7 +200,8 @@ def windows(spark, args, work: str) -> None:
         print(f"run {i}: " + "  ".join(f"{n} {v[-1]:,.0f} ev/s" for n, v in rates.items()) + f"  ({load()})",
               flush=True)
     m = {n: statistics.median(v) for n, v in rates.items()}
-    print(f"\ntumbling 1-minute windows, sum and count per key: {args.events:,} events, {args.keys:,} keys, "
+    print(f"\ntumbling 1-minute windows, sum and count per key ({args.window_source} source): {args.events:,} events, "
+          f"{args.keys:,} keys, "
           f"{len(expected):,} windows verified (median of {args.repeats}; {load()})")
     print(f"keyspan fast path                   {m['fast']:>10,.0f} events/s   / Spark = {m['fast'] / m['spark']:.2f}x")
     print(f"keyspan per-record path             {m['per-record']:>10,.0f} events/s   / Spark = "
@@ -243,8 +253,9 @@ def operator_only(args) -> None:
             start = time.process_time()
             for lo in range(0, len(records), COLUMN_CHUNK):
                 batch = table.slice(lo, COLUMN_CHUNK)
-                result = op.process_columns(backend, kg_column[lo:lo + COLUMN_CHUNK], [batch.column(0)], batch, row_cls)
-                out += result.num_rows
+                outputs, _ = op.process_columns(backend, None, kg_column[lo:lo + COLUMN_CHUNK], [batch.column(0)],
+                                                batch, row_cls, None)
+                out += outputs.num_rows
             seconds = time.process_time() - start
             assert out == len(records)
             backend.current_key, backend.current_key_group = keys[-1], kgs[-1]
@@ -365,6 +376,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
+    ap.add_argument("--window-source", choices=("spark", "file"), default="spark",
+                    help="the windows' source: from_spark over Spark's Parquet stream, or keyspan's FileSource")
     ap.add_argument("--operator-only", action="store_true", help="only the aggregation step, without Spark")
     ap.add_argument("--pyflink", action="store_true", help="also run the rolling sum as Flink SQL GROUP BY "
                     "(bench/pyflink_peer.py, in a venv with apache-flink)")

@@ -431,3 +431,89 @@ def test_a_bulk_part_file_keeps_records_and_columns_in_their_order(tmp_path):
     table = pq.read_table(pa.BufferReader(sink.storage().read(handle["staged"])))
     assert table.schema.field("v").type == pa.int32()
     assert table.to_pylist() == [{"k": k, "v": v} for k, v in zip("abcde", range(1, 6))]
+
+
+def _timed_windows(spark, path, vectorize, column_timestamps, assigner, agg, job):
+    """``from_spark`` → event timestamps from column ``ts`` → ``key_by(key)`` → one window aggregate
+    with allowed lateness and a late-data side output. ``column_timestamps=False`` computes the same
+    timestamp in Python, which keeps the source stage (the reference)."""
+    from keyspan.runtime.planner import compile_graph
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_vectorized_aggregation(vectorize)
+    stamp = (lambda r, _: r.ts) if column_timestamps else (lambda r, _: int(r.ts))
+    timed = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND)).with_timestamp_assigner(stamp)
+    events = spark.readStream.schema("key string, ts long, value long").option("maxFilesPerTrigger", 1) \
+        .parquet(str(path))
+    late = OutputTag("late")
+    windowed = env.from_spark(events, bounded=True).assign_timestamps_and_watermarks(timed) \
+        .key_by(lambda r: r.key).window(assigner).allowed_lateness(LATENESS).side_output_late_data(late) \
+        .aggregate(agg, KeyedResult(job.split("/")[0]))
+    fired, late_records = CollectSink(), CollectSink()
+    windowed.sink_to(fired)  # chained to the window operator: each key's firings in their order
+    windowed.get_side_output(late).map(lambda r: ("late", "w", tuple(r))).sink_to(late_records)
+    formats = [s.plan.input_format for s in compile_graph(env._transformations, 2, 128).stages]
+    result = env.execute(job)
+    vectorized = sum(m["value"] for m in result.metrics.user_metrics() if m["name"] == "numRecordsVectorized")
+    return by_operator(fired.results() + late_records.results()), vectorized, formats
+
+
+def test_a_spark_source_with_a_timestamp_column_windows_without_a_python_source_stage(spark, workdir):
+    """A timestamp assigner that returns a column moves into the keyed stage with the key columns:
+    no Python source stage, timestamps and the watermark's maxima read from the column, and windows
+    pre-aggregated on Spark's Arrow columns. Window results, firing order per key and late records
+    equal the job that assigns the same timestamps in Python, on both paths."""
+    from keyspan.runtime.planner import InputFormat
+
+    path = workdir / "timed"
+    data = disordered(900, seed=12, keys="abcdefghijklmnop")
+    for lo in range(0, len(data), 150):  # one Parquet file per epoch
+        spark.createDataFrame(data[lo:lo + 150], "key string, ts long, value long").coalesce(1) \
+            .write.mode("append").parquet(str(path))
+    tumbling = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))
+    sliding = SlidingEventTimeWindows.of(Time.milliseconds(WINDOW), Time.milliseconds(40))
+    for name, assigner, agg in (("avg", tumbling, Avg("value")), ("spread", tumbling, SpreadOfValue()),
+                                ("last", tumbling, Last("value")), ("count", sliding, Count())):
+        reference, _, formats = _timed_windows(spark, path, True, False, assigner, agg, f"{name}/python-stamps")
+        assert formats[:2] == [InputFormat.TYPED, InputFormat.EXCHANGE]
+        assert reference[("late", "w")], "the input has late records: they reach the side output"
+        for vectorize in (False, True):
+            got, vectorized, formats = _timed_windows(spark, path, vectorize, True, assigner, agg,
+                                                      f"{name}/column-{vectorize}")
+            assert formats[:2] == [InputFormat.PUSHED_DOWN, InputFormat.TYPED_KEYED]
+            assert (vectorized > 0) == vectorize, (name, vectorized)
+            assert got == reference, (name, vectorize)
+
+
+class SpreadOfValue(SpreadOf):
+    """``SpreadOf`` over a Row's ``value`` column."""
+
+    def add_batch(self, accumulator, batch):
+        lo, hi = pc.min_max(batch.column("value")).values()
+        lo, hi = lo.as_py(), hi.as_py()
+        return (lo, hi) if accumulator is None else (min(accumulator[0], lo), max(accumulator[1], hi))
+
+
+def test_a_window_the_other_subtask_s_timestamps_close_fires_before_the_next_epoch_s_records(spark, workdir):
+    """With timestamps read in the keyed stage, a subtask sees only its own records' largest timestamp.
+    Key A's records are all early; key B, on the other subtask, moves the job's watermark past A's
+    window. A's window must still fire after that epoch and before the next epoch's late record for it
+    (allowed lateness), as when a source stage reports every timestamp: two firings, 2 then 3 records."""
+    from keyspan.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+
+    def subtask(key):
+        return compute_operator_index_for_key_group(128, 2, assign_to_key_group(key, 128))
+
+    a = next(k for k in "abcdefgh" if subtask(k) == 0)
+    b = next(k for k in "abcdefgh" if subtask(k) == 1)
+    path = workdir / "skewed"
+    # epoch 1: the watermark becomes 150 - 30 - 1 = 119, past A's window [0, 100) but not its cleanup (139)
+    for epoch in ([(a, 10, 1), (a, 20, 2), (b, 150, 4)], [(a, 60, 8), (b, 160, 16)], [(b, 400, 32)]):
+        spark.createDataFrame(epoch, "key string, ts long, value long").coalesce(1).write.mode("append") \
+            .parquet(str(path))
+    tumbling = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))
+    reference, _, _ = _timed_windows(spark, path, True, False, tumbling, Count(), "count/python-stamps")
+    assert reference[("count", a)] == [("count", a, 0, 2), ("count", a, 0, 3)]
+    for vectorize in (True, False):
+        got, _, _ = _timed_windows(spark, path, vectorize, True, tumbling, Count(), f"count/column-{vectorize}")
+        assert got == reference, vectorize

@@ -19,7 +19,7 @@ from typing import Union
 
 import numpy as np
 
-from keyspan.common.types import Row, named_row_class
+from keyspan.common.types import Row, named_row_class, rows_of_arrow
 from keyspan.datastream.functions import AggregateFunction, ReduceFunction
 
 __all__ = ["RollingAggregation", "BatchAggregateFunction", "Sum", "Count", "Min", "Max", "Avg", "First", "Last",
@@ -134,7 +134,11 @@ class BatchAggregateFunction(AggregateFunction):
     def accumulate_groups(self, records: list, group_ids, n_groups: int) -> list:
         """One accumulator per group of ``records`` (``group_ids[i]`` is record i's group, in
         0..n_groups-1; a group's records keep their order). Built-ins override this with NumPy."""
-        batch = record_batch(records)
+        return self.accumulate_columns(record_batch(records), group_ids, n_groups)
+
+    def accumulate_columns(self, batch, group_ids, n_groups: int) -> list:
+        """``accumulate_groups`` over records that are already a ``pyarrow.RecordBatch`` (a Spark
+        source's columns): ``add_batch`` per group, unless a built-in does better."""
         order, bounds = segments(group_ids, n_groups)
         return [self.add_batch(self.create_accumulator(), batch.take(order[bounds[g]:bounds[g + 1]]))
                 for g in range(n_groups)]
@@ -166,6 +170,23 @@ def _numeric_column(records: list, get):
     if kinds == {float}:
         arr = np.array(values, dtype=np.float64)
         return None if np.isnan(arr).any() else arr
+    return None
+
+
+def _arrow_numeric(column):
+    """An Arrow column as ``_numeric_column`` would take its Python values: int64 (integers, sums
+    cannot leave int64) or float64 (no NaN), no nulls; else None."""
+    import pyarrow as pa
+
+    if column.null_count or not len(column):
+        return None
+    if pa.types.is_integer(column.type) and column.type != pa.uint64():
+        values = column.to_numpy().astype(np.int64)
+        limit = 2 ** 62 // len(values)
+        return None if values.max() >= limit or values.min() <= -limit else values
+    if pa.types.is_floating(column.type):
+        values = column.to_numpy().astype(np.float64)
+        return None if np.isnan(values).any() else values
     return None
 
 
@@ -217,6 +238,16 @@ class _FieldAggregate(BatchAggregateFunction):
             for r, g in zip(records, group_ids.tolist()):
                 accs[g] = add(get(r), accs[g])
             return accs
+        return self._reduced(column, group_ids, n_groups)
+
+    def accumulate_columns(self, batch, group_ids, n_groups):
+        column = (_arrow_numeric(batch.column(self._column_index(batch)))
+                  if self._ufunc is not None and self.field is not None else None)
+        if column is None:
+            return self.accumulate_groups(rows_of_arrow(batch), group_ids, n_groups)
+        return self._reduced(column, group_ids, n_groups)
+
+    def _reduced(self, column, group_ids, n_groups):
         order, bounds = segments(group_ids, n_groups)
         reduced = self._ufunc.reduceat(column[order], bounds[:-1]).tolist()
         return self._from_reduced(reduced, bounds)
@@ -265,6 +296,9 @@ class Count(_FieldAggregate):
 
     def accumulate_groups(self, records, group_ids, n_groups):
         return np.bincount(group_ids, minlength=n_groups).tolist()
+
+    def accumulate_columns(self, batch, group_ids, n_groups):
+        return self.accumulate_groups(None, group_ids, n_groups)
 
 
 class _Extremum(_FieldAggregate):

@@ -97,6 +97,8 @@ class StagePlan:
     key_selector: Any = None
     typed_fields: list[str] | None = None
     key_fields: list[str] | None = None  # typed_keyed: the key columns, hashed in the JVM and read as the key
+    timestamp_field: str | None = None  # typed_keyed: the column the pushed-down timestamp assigner read
+    timestamp_origin: str | None = None  # ... and that assigner's uid: the watermark origin this stage reports for
 
     @property
     def has_downstream(self) -> bool:
@@ -391,10 +393,12 @@ def _driver_exit(stage: Stage) -> None:
 
 
 def _push_down_key_columns(stages: list[Stage]) -> None:
-    """A typed source whose only consumer is keyed by plain columns needs no Python stage."""
+    """A typed source whose only consumer is keyed by plain columns needs no Python stage, also when a
+    timestamp assigner that only reads an integer column sits between them: the keyed stage then reads
+    each record's timestamp from that column and reports the origin's split for it."""
     for stage in stages:
         plan = stage.plan
-        if stage.source is None or plan.input_format != InputFormat.TYPED or len(plan.ops) != 1:
+        if stage.source is None or plan.input_format != InputFormat.TYPED or len(plan.ops) > 2:
             continue
         if plan.ops[0].watermark_strategy is not None:
             continue  # timestamps are assigned in Python, at the source
@@ -403,10 +407,21 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
         target = stages[plan.exits[0].consumer_stage]
         if len(target.inputs) != 1:
             continue
-        columns = stage.source.spec.dataframe.columns
+        dataframe = stage.source.spec.dataframe
+        columns = dataframe.columns
         keys = key_columns(plan.exits[0].key_selector, columns)
-        if keys is None or not _hashable_in_jvm(stage.source.spec.dataframe, keys):
+        if keys is None or not _hashable_in_jvm(dataframe, keys):
             continue
+        stamps = plan.ops[1] if len(plan.ops) == 2 else None
+        if stamps is not None:
+            if (stamps.kind != OperatorKind.TIMESTAMPS or plan.ops[0].outputs != [("op", 1, None)]
+                    or stamps.outputs != [("exit", plan.exits[0].exit_id, None)]):
+                continue
+            stamp = timestamp_column(stamps.watermark_strategy, columns)
+            if stamp is None or not _integral(dataframe, stamp):
+                continue
+            target.plan.timestamp_field, target.plan.timestamp_origin = stamp, stamps.uid
+            stamps.outputs = []
         target.plan.input_format = InputFormat.TYPED_KEYED
         target.plan.typed_fields = list(columns)
         target.plan.key_fields = keys
@@ -415,6 +430,25 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
         stage.plan.exits = []
         stage.plan.ops[0].outputs = []
         stage.plan.input_format = InputFormat.PUSHED_DOWN
+
+
+def timestamp_column(strategy, names: list[str]) -> str | None:
+    """The column a watermark strategy's timestamp assigner returns as it is, else None."""
+    assigner = strategy.timestamp_assigner
+    if assigner is None:
+        return None
+    try:
+        result = assigner.extract_timestamp(_RowProbe(names), None)
+    except Exception:  # noqa: BLE001 — any other assigner runs in Python
+        return None
+    return result.name if isinstance(result, _FieldRef) else None
+
+
+def _integral(dataframe, column: str) -> bool:
+    from pyspark.sql import types as T
+
+    field = next(f for f in dataframe.schema.fields if f.name == column)
+    return isinstance(field.dataType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
 
 
 def _hashable_in_jvm(dataframe, columns: list[str]) -> bool:

@@ -255,16 +255,17 @@ class RollingAggregateOperator:
             state.update(outputs[i])
         return outputs, stamps, ()
 
-    def process_columns(self, backend, kgs, keys, batch, row_cls):
+    def process_columns(self, backend, ctx, kgs, keys, batch, row_cls, stamps):
         """A chunk of a Spark source keyed by columns, as Arrow columns (``kgs`` a NumPy array of key
         groups, ``keys`` the key columns, ``batch`` the fields of ``row_cls``): the outputs as an Arrow
-        batch of the same fields, without a Python object per record. None (nothing done) when the
-        chunk does not qualify: a field that is not a number, nulls, NaN, float keys, or stored values
-        of another type; it then runs record by record."""
+        batch of the same fields, without a Python object per record, and no records left over. None
+        (nothing done) when the chunk does not qualify: a field that is not a number, nulls, NaN, float
+        keys, stored values of another type, or records with timestamps (an output batch carries none);
+        it then runs record by record."""
         agg = self._agg
         kind = agg.kind
         at = agg._index_in(row_cls)
-        if at is None or not batch.num_rows:
+        if at is None or not batch.num_rows or stamps is not None:
             return None
         field = batch.column(at)
         if field.null_count or any(k.null_count or pa.types.is_floating(k.type) for k in keys):
@@ -323,16 +324,45 @@ class RollingAggregateOperator:
             backend.current_key = key
             backend.current_key_group = kg
             state.update(last)
-        return outputs
+        return outputs, ()
 
 
 class VectorizedWindowOperator(WindowOperator):
-    """The window operator with a chunk-at-a-time path for ``BatchAggregateFunction``s."""
+    """The window operator with chunk-at-a-time paths for ``BatchAggregateFunction``s: a list of
+    records (``process_batch``) or the Arrow columns of a Spark source keyed and timestamped by its
+    columns (``process_columns``)."""
 
     def process_batch(self, backend, ctx, kgs, keys, records, stamps):
         if stamps is None or any(s is None for s in stamps):
             return None
-        ts = np.array(stamps, dtype=np.int64)
+        codes, _, _ = _key_codes(keys)
+        agg = self._descriptor.window_state_descriptor.agg_function
+
+        def accumulate(rows, groups, n_groups):
+            return agg.accumulate_groups([records[i] for i in rows.tolist()], groups, n_groups)
+
+        late = self._merge_chunk(backend, ctx, np.array(stamps, dtype=np.int64), codes, kgs, keys.__getitem__,
+                                 accumulate)
+        return None if late is None else ((), None, late)
+
+    def process_columns(self, backend, ctx, kgs, keys, batch, row_cls, stamps):
+        """The chunk's records never become Python objects: the aggregate reads the Arrow columns
+        (``accumulate_columns``). Returns no outputs (windows fire on timers) and the records left to
+        the per-record path, or None when the chunk does not qualify."""
+        if stamps is None:
+            return None
+        codes, _, uniques = _arrow_key_codes(keys)
+        agg = self._descriptor.window_state_descriptor.agg_function
+
+        def accumulate(rows, groups, n_groups):
+            return agg.accumulate_columns(batch.take(pa.array(rows)), groups, n_groups)
+
+        late = self._merge_chunk(backend, ctx, stamps, codes, kgs, lambda i: uniques[codes[i]], accumulate)
+        return None if late is None else (None, late)
+
+    def _merge_chunk(self, backend, ctx, ts, codes, kgs, key_of, accumulate):
+        """Pre-aggregates a chunk per (key, window) and merges each group into its window's state;
+        the indices of the records left to the per-record path, or None if the chunk does not qualify."""
         timers = ctx.timer_service()
         self._timer_service = timers
         watermark = timers.current_watermark()
@@ -362,14 +392,12 @@ class VectorizedWindowOperator(WindowOperator):
             rows = np.repeat(keep, counts)
             step = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
             starts = last[rows] - step * slide
-        codes, _, _ = _key_codes(keys)
         import pandas as pd
 
         window_ids, _ = pd.factorize(starts)
         group_of_row, group_heads = pd.factorize(codes[rows] * (int(window_ids.max()) + 1) + window_ids)
         group_of_row = group_of_row.astype(np.int64)
-        row_records = [records[i] for i in rows.tolist()]
-        accumulators = agg.accumulate_groups(row_records, group_of_row, len(group_heads))
+        accumulators = accumulate(rows, group_of_row, len(group_heads))
         _, heads = np.unique(group_of_row, return_index=True)  # each group's first row, in group order
         contents = self._contents
         tc = self._trigger_ctx
@@ -378,12 +406,12 @@ class VectorizedWindowOperator(WindowOperator):
             i = int(rows[row])
             start = int(starts[row])
             window = TimeWindow(start, start + size)
-            backend.current_key = self._key = keys[i]
-            backend.current_key_group = kgs[i]
+            backend.current_key = self._key = key_of(i)
+            backend.current_key_group = int(kgs[i])
             contents.set_current_namespace(window)
             if contents.add_accumulator(accumulators[g]):
                 continue  # a pane the watermark has not passed: its first record registered its timers
             tc.window = window
-            trigger.on_element(records[i], stamps[i], window, tc)
+            trigger.on_element(None, int(ts[i]), window, tc)  # the default trigger: the element plays no part
             self._register_cleanup_timer(window)
-        return (), None, np.flatnonzero(special).tolist()
+        return np.flatnonzero(special).tolist()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import pyarrow as pa
+
 from keyspan.common.types import rows_of_arrow
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
@@ -206,7 +208,7 @@ class OperatorChain:
             if hasattr(inst.function, "process_batch"):
                 process.batch = self._batch_processor(op, inst, ctx, emit, process)
             if hasattr(inst.function, "process_columns"):
-                process.columns = self._columns_processor(op, inst, emit)
+                process.columns = self._columns_processor(op, inst, ctx, emit, process)
             return process
         if kind == OperatorKind.SINK:
             if hasattr(op.sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
@@ -264,10 +266,11 @@ class OperatorChain:
                 process(records[i], keys[i], kgs[i])
         return run
 
-    def _columns_processor(self, op, inst, emit):
+    def _columns_processor(self, op, inst, ctx, emit, process):
         """A columnar operator's entry for Arrow input (``process_columns``): ``run`` returns whether
         the operator took the chunk. Its output batch goes on whole to a target that takes columns (a
-        processor with ``columns``: a sink writer's ``write_columns``), else one named Row per record."""
+        processor with ``columns``: a sink writer's ``write_columns``), else one named Row per record;
+        the records it leaves over (late ones) run record by record through ``process``."""
         columns = inst.function.process_columns
         backend = inst.backend
         subtask = self.subtask
@@ -275,22 +278,31 @@ class OperatorChain:
         vectorized = metricbase.operator_group(op.uid, subtask).counter("numRecordsVectorized")
         send_columns = getattr(emit, "columns", None)
 
-        def run(kgs, keys, batch, row_cls):
+        def run(kgs, keys, batch, row_cls, stamps):
             try:
-                outputs = columns(backend, kgs, keys, batch, row_cls)
+                result = columns(backend, ctx, kgs, keys, batch, row_cls, stamps)
             except UserFunctionError:
                 raise
             except Exception as exc:
                 raise user_error(op, subtask, exc, method=f"process_columns of {batch.num_rows} records") from exc
-            if outputs is None:
+            if result is None:
                 return False
-            vectorized.inc(batch.num_rows)
+            outputs, leftover = result
+            vectorized.inc(batch.num_rows - len(leftover))
             cell[0] = None
-            if send_columns is not None:
+            if outputs is not None and send_columns is not None:
                 send_columns(outputs)
-            else:
+            elif outputs is not None:
                 for row in rows_of_arrow(outputs):
                     emit(row)
+            if leftover:
+                at = pa.array(leftover)
+                left_keys = [k.take(at).to_pylist() for k in keys]
+                for i, r, key in zip(leftover, rows_of_arrow(batch.take(at)),
+                                     left_keys[0] if len(keys) == 1 else zip(*left_keys)):
+                    cell[0] = None if stamps is None else int(stamps[i])
+                    process(r, key, int(kgs[i]))
+                cell[0] = None
             return True
         return run
 

@@ -191,6 +191,11 @@ class StageTask(OperatorChain):
             with garbage.streaming_records():
                 metricbase.begin_epoch([op.uid for op in self.plan.ops], self.subtask)
                 self._build()
+                if self.plan.timestamp_field and self.keyed_emit is not None:
+                    # timers the last epoch's watermark passed that its task could not see passed (_stamped)
+                    began = time.perf_counter()
+                    self._fire_timers(self._watermark(self.keyed_emit[1]))
+                    self.busy_s += time.perf_counter() - began
                 yield from self._consume(batches)
                 yield from self._finish()
         except BaseException:
@@ -304,17 +309,27 @@ class StageTask(OperatorChain):
         key_col = (cols[key_at[0]] if len(key_at) == 1
                    else list(zip(*[cols[i] for i in key_at])))
         records = list(map(make_row, zip(*cols)))
+        field = self.plan.timestamp_field
+        stamps = cols[self.plan.typed_fields.index(field)] if field else None
         if -1 in kg_col:  # the heartbeat row that tells this task its subtask
             keep = [i for i, kg in enumerate(kg_col) if kg >= 0]
             kg_col, key_col, records = ([col[i] for i in keep] for col in (kg_col, key_col, records))
+            stamps = [stamps[i] for i in keep] if stamps is not None else None
         self.records_in += len(records)
+        if stamps is not None:
+            self._stamped(max((t for t in stamps if t is not None), default=None))
         if prefetch is not None:
             prefetch(kg_col, key_col)
         if batch_entry is not None:
-            batch_entry(kg_col, key_col, records, None)
-        else:
+            batch_entry(kg_col, key_col, records, stamps)
+        elif stamps is None:
             for kg, key, r in zip(kg_col, key_col, records):
                 single(r, key, kg)
+        else:
+            cell = self.ts_cell
+            for kg, key, r, cell[0] in zip(kg_col, key_col, records, stamps):
+                single(r, key, kg)
+            cell[0] = None
 
     def _columns(self, columns_entry, batch, row_cls) -> bool:
         """The same chunk as Arrow columns to the operator's ``process_columns``; False if it declined."""
@@ -324,19 +339,38 @@ class StageTask(OperatorChain):
             batch = batch.filter(pc.greater_equal(kg_col, 0))
             kgs = kgs[kgs >= 0]
         fields = batch.select(self.plan.typed_fields)
-        if not columns_entry(kgs, [fields.column(k) for k in self.plan.key_fields], fields, row_cls):
+        stamps = None
+        if self.plan.timestamp_field:
+            column = fields.column(self.plan.timestamp_field)
+            if column.null_count:
+                return False
+            stamps = column.to_numpy().astype("int64", copy=False)
+        if not columns_entry(kgs, [fields.column(k) for k in self.plan.key_fields], fields, row_cls, stamps):
             return False
+        if stamps is not None and len(stamps):
+            self._stamped(int(stamps.max()))
         self.records_in += fields.num_rows
         return True
 
-    def _fire_timers(self):
-        """Fire the keyed operator's timers that the new watermark (the one after this epoch, computed
-        from every upstream origin's report) or the wall clock has passed, in timestamp order."""
+    def _stamped(self, largest) -> None:
+        """A chunk's largest timestamp, read from the column of a timestamp assigner pushed into this
+        stage: the stage reports that assigner's one split (the source's), the driver merges every
+        subtask's maximum into it. The watermark after the epoch that this task computes from its own
+        maximum is never ahead of the driver's; the timers it leaves fire before the next epoch's records."""
+        if largest is not None:
+            seen = self.split_max.setdefault(self.plan.timestamp_origin, {}).setdefault("0", [largest])
+            if largest > seen[0]:
+                seen[0] = largest
+
+    def _fire_timers(self, watermark: int | None = None):
+        """Fire the keyed operator's timers that the watermark (by default the one after this epoch,
+        computed from every upstream origin's report) or the wall clock has passed, in timestamp order."""
         inst, op, emit, ctx = self.keyed_emit
         timers = inst.timers
         if not (inst.fires_timers or timers.active):
             return
-        watermark = event_time.watermark_of(self._time_after_epoch(), op.origins)
+        if watermark is None:
+            watermark = event_time.watermark_of(self._time_after_epoch(), op.origins)
         timers.watermark = watermark
         inst.backend.current_watermark = watermark
         backend = inst.backend
