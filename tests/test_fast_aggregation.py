@@ -517,3 +517,37 @@ def test_a_window_the_other_subtask_s_timestamps_close_fires_before_the_next_epo
     for vectorize in (True, False):
         got, _, _ = _timed_windows(spark, path, vectorize, True, tumbling, Count(), f"count/column-{vectorize}")
         assert got == reference, vectorize
+
+
+def test_a_rolling_sum_fed_by_a_timestamp_column_passes_the_timestamps_on(spark, workdir):
+    """``sum`` after timestamps read from a column: the outputs carry each input record's timestamp
+    (the Arrow path, whose output batches carry none, leaves such chunks to the list path) and the
+    watermark moves as with the timestamps assigned in Python."""
+    from keyspan.datastream import KeyedProcessFunction
+    from keyspan.runtime.planner import compile_graph
+
+    class Stamped(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield value.key, value.value, ctx.timestamp(), ctx.timer_service().current_watermark()
+
+    path = workdir / "stamped"
+    data = disordered(300, seed=13, keys="abcdefghij", late_every=0)
+    for lo in range(0, len(data), 100):
+        spark.createDataFrame(data[lo:lo + 100], "key string, ts long, value long").coalesce(1) \
+            .write.mode("append").parquet(str(path))
+    outputs = {}
+    for column in (True, False):
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+        stamp = (lambda r, _: r.ts) if column else (lambda r, _: int(r.ts))
+        events = spark.readStream.schema("key string, ts long, value long").option("maxFilesPerTrigger", 1) \
+            .parquet(str(path))
+        sink = CollectSink()
+        env.from_spark(events, bounded=True).assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(BOUND)).with_timestamp_assigner(stamp)) \
+            .key_by(lambda r: r.key).sum("value").key_by(lambda r: r.key).process(Stamped()).sink_to(sink)
+        formats = [s.plan.input_format for s in compile_graph(env._transformations, 2, 128).stages]
+        assert (formats[0] == "pushed_down") == column
+        env.execute(f"stamped-{column}")
+        outputs[column] = sorted(sink.results())
+    assert outputs[True] == outputs[False]
+    assert {r[2] for r in outputs[True]} == {r[1] for r in data}  # every record's own timestamp
