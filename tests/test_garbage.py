@@ -1,6 +1,7 @@
 """Python's cyclic garbage collector while workers stream records (keyspan.common.garbage): tasks and
 source readers run with the worker's earlier objects frozen and rarer young collections; cycles are
-still collected, and Python's own settings come back however the task ends."""
+still collected, Python's own thresholds come back however the task ends, and frozen objects go back
+to the collector every few tasks."""
 
 from __future__ import annotations
 
@@ -19,6 +20,16 @@ class _Node:
         self.me = self  # a reference cycle: only the cyclic collector can free it
 
 
+@pytest.fixture(autouse=True)
+def unfrozen():
+    """Each test starts with nothing frozen and a fresh count of tasks."""
+    gc.unfreeze()
+    garbage._tasks_since_unfreeze = 0
+    yield
+    gc.unfreeze()
+    garbage._tasks_since_unfreeze = 0
+
+
 def test_settings_apply_while_records_stream_and_come_back_after():
     before = gc.get_threshold()
     with garbage.streaming_records():
@@ -26,7 +37,6 @@ def test_settings_apply_while_records_stream_and_come_back_after():
         assert gc.get_threshold()[1:] == before[1:]
         assert gc.get_freeze_count() > 0  # what existed before is left out of collections
     assert gc.get_threshold() == before
-    assert gc.get_freeze_count() == 0
 
 
 def test_a_failing_task_restores_the_settings():
@@ -35,7 +45,6 @@ def test_a_failing_task_restores_the_settings():
         with garbage.streaming_records():
             raise ValueError("a user function failed")
     assert gc.get_threshold() == before
-    assert gc.get_freeze_count() == 0
 
 
 def test_interleaved_tasks_restore_the_settings_when_the_last_one_ends():
@@ -52,7 +61,24 @@ def test_interleaved_tasks_restore_the_settings_when_the_last_one_ends():
         assert gc.get_threshold()[0] == garbage.YOUNG_COLLECTION_EVERY
         next(rest, None)  # runs to its end
     assert gc.get_threshold() == before
-    assert gc.get_freeze_count() == 0
+
+
+def test_objects_stay_frozen_across_tasks_and_their_cycles_are_freed_every_few_tasks():
+    """Unfreezing after every task made Python's next full collection walk the worker's whole state
+    before the task could end; frozen objects now go back to the collector every few tasks."""
+    cycle = _Node()
+    orphan = weakref.ref(cycle)
+    with garbage.streaming_records():  # the cycle exists before the task: frozen
+        pass
+    del cycle
+    for task in range(1, garbage.UNFREEZE_EVERY_TASKS):
+        gc.collect()
+        assert orphan() is not None and gc.get_freeze_count() > 0, task  # left out of every collection
+        with garbage.streaming_records():
+            pass
+    assert gc.get_freeze_count() == 0  # the 16th task's end hands it back
+    gc.collect()
+    assert orphan() is None
 
 
 def test_cycles_made_while_records_stream_are_still_collected():

@@ -13,8 +13,14 @@ import contextlib
 import gc
 
 YOUNG_COLLECTION_EVERY = 100_000  # container allocations between young collections (Python's default: 700)
+# Unfreezing hands every frozen object back to the collector, and Python's next full collection then
+# walks the worker's whole state before the task can end (10–25 ms per task with the window benchmark's
+# state). Objects stay frozen across this many tasks; only reference cycles among them wait that long
+# to be freed, as reference counting frees everything else at once.
+UNFREEZE_EVERY_TASKS = 16
 
 _depth = 0
+_tasks_since_unfreeze = 0
 _saved_thresholds: tuple[int, ...] = ()
 
 
@@ -23,8 +29,9 @@ def streaming_records():
     """While it lasts, objects that existed before are left out of collections (``gc.freeze``), and
     young collections run every ``YOUNG_COLLECTION_EVERY`` allocations, so most records are freed before
     any collection sees them. Cycles are still found, a little later; nested or interleaved uses (two
-    tasks' generators in one process) restore Python's settings when the last one ends."""
-    global _depth, _saved_thresholds
+    tasks' generators in one process) restore Python's thresholds when the last one ends, and every
+    ``UNFREEZE_EVERY_TASKS`` tasks its frozen objects too."""
+    global _depth, _saved_thresholds, _tasks_since_unfreeze
     if _depth == 0:
         _saved_thresholds = gc.get_threshold()
         gc.freeze()
@@ -36,4 +43,7 @@ def streaming_records():
         _depth -= 1
         if _depth == 0:
             gc.set_threshold(*_saved_thresholds)
-            gc.unfreeze()
+            _tasks_since_unfreeze += 1
+            if _tasks_since_unfreeze >= UNFREEZE_EVERY_TASKS:
+                _tasks_since_unfreeze = 0
+                gc.unfreeze()
