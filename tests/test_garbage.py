@@ -76,7 +76,7 @@ def test_objects_stay_frozen_across_tasks_and_their_cycles_are_freed_every_few_t
         assert orphan() is not None and gc.get_freeze_count() > 0, task  # left out of every collection
         with garbage.streaming_records():
             pass
-    assert gc.get_freeze_count() == 0  # the 16th task's end hands it back
+    assert gc.get_freeze_count() == 0  # the last task of the round hands it back
     gc.collect()
     assert orphan() is None
 

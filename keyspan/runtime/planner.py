@@ -142,7 +142,7 @@ class _FieldRef:
 
 
 class _RowProbe:
-    """Stands in for a record to find out whether a key selector only picks columns."""
+    """Stands in for a record to find out whether a key selector or timestamp assigner only picks columns."""
 
     def __init__(self, names):
         self._names = list(names)
@@ -175,10 +175,11 @@ def has_operator_state(t) -> bool:
     return t.kind in BROADCAST_KINDS or isinstance(user_function(t.function), CheckpointedFunction)
 
 
-def key_columns(selector, names: list[str]) -> list[str] | None:
+def _probed_fields(fn, names: list[str]) -> list[str] | None:
+    """The columns a function of one record returns as they are (one, or a tuple), else None."""
     try:
-        result = selector(_RowProbe(names))
-    except Exception:  # noqa: BLE001 — any other selector runs in Python
+        result = fn(_RowProbe(names))
+    except Exception:  # noqa: BLE001 — any other function runs in Python
         return None
     if isinstance(result, _FieldRef):
         return [result.name]
@@ -409,7 +410,7 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
             continue
         dataframe = stage.source.spec.dataframe
         columns = dataframe.columns
-        keys = key_columns(plan.exits[0].key_selector, columns)
+        keys = _probed_fields(plan.exits[0].key_selector, columns)
         if keys is None or not _hashable_in_jvm(dataframe, keys):
             continue
         stamps = plan.ops[1] if len(plan.ops) == 2 else None
@@ -437,24 +438,23 @@ def timestamp_column(strategy, names: list[str]) -> str | None:
     assigner = strategy.timestamp_assigner
     if assigner is None:
         return None
-    try:
-        result = assigner.extract_timestamp(_RowProbe(names), None)
-    except Exception:  # noqa: BLE001 — any other assigner runs in Python
-        return None
-    return result.name if isinstance(result, _FieldRef) else None
+    fields = _probed_fields(lambda row: assigner.extract_timestamp(row, None), names)
+    return fields[0] if fields is not None and len(fields) == 1 else None
+
+
+def _column_types_are(dataframe, columns: list[str], types: tuple) -> bool:
+    fields = {f.name: f.dataType for f in dataframe.schema.fields}
+    return all(isinstance(fields.get(c), types) for c in columns)
 
 
 def _integral(dataframe, column: str) -> bool:
     from pyspark.sql import types as T
 
-    field = next(f for f in dataframe.schema.fields if f.name == column)
-    return isinstance(field.dataType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
+    return _column_types_are(dataframe, [column], (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
 
 
 def _hashable_in_jvm(dataframe, columns: list[str]) -> bool:
     from pyspark.sql import types as T
 
-    ok = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.BinaryType, T.BooleanType,
-          T.FloatType, T.DoubleType)
-    fields = {f.name: f.dataType for f in dataframe.schema.fields}
-    return all(isinstance(fields.get(c), ok) for c in columns)
+    return _column_types_are(dataframe, columns, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType,
+                                                  T.BinaryType, T.BooleanType, T.FloatType, T.DoubleType))

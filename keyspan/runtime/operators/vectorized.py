@@ -173,6 +173,9 @@ class RollingAggregateOperator:
     """``_KeyedReduce`` over a ``RollingAggregation`` (same state, same per-record path), plus the
     chunk-at-a-time paths: a list of records (``process_batch``) or Arrow columns (``process_columns``)."""
 
+    # its output batches carry no timestamps, so a chunk with timestamps takes the list path
+    columns_take_timestamps = False
+
     def __init__(self, keyed_reduce):
         self._per_record = keyed_reduce
         self._agg: RollingAggregation = keyed_reduce.wrapped_user_function()
@@ -260,12 +263,12 @@ class RollingAggregateOperator:
         groups, ``keys`` the key columns, ``batch`` the fields of ``row_cls``): the outputs as an Arrow
         batch of the same fields, without a Python object per record, and no records left over. None
         (nothing done) when the chunk does not qualify: a field that is not a number, nulls, NaN, float
-        keys, stored values of another type, or records with timestamps (an output batch carries none);
-        it then runs record by record."""
+        keys, stored values of another type; it then runs record by record. Records with timestamps
+        never come here (``columns_take_timestamps``)."""
         agg = self._agg
         kind = agg.kind
         at = agg._index_in(row_cls)
-        if at is None or not batch.num_rows or stamps is not None:
+        if at is None or not batch.num_rows:
             return None
         field = batch.column(at)
         if field.null_count or any(k.null_count or pa.types.is_floating(k.type) for k in keys):
@@ -331,6 +334,8 @@ class VectorizedWindowOperator(WindowOperator):
     """The window operator with chunk-at-a-time paths for ``BatchAggregateFunction``s: a list of
     records (``process_batch``) or the Arrow columns of a Spark source keyed and timestamped by its
     columns (``process_columns``)."""
+
+    columns_take_timestamps = True
 
     def process_batch(self, backend, ctx, kgs, keys, records, stamps):
         if stamps is None or any(s is None for s in stamps):

@@ -211,6 +211,8 @@ class StageTask(OperatorChain):
         batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
         # ... and, keyed by columns of a Spark source, Arrow chunks as they are, joined up to COLUMN_CHUNK rows
         columns_entry = getattr(single, "columns", None) if plan.key_fields else None
+        if plan.timestamp_field and not getattr(columns_entry, "take_timestamps", False):
+            columns_entry = None  # e.g. a rolling aggregate: its output batches would drop the timestamps
         if fmt == InputFormat.TYPED_KEYED and columns_entry is not None:
             batches = _joined(batches, COLUMN_CHUNK)
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
