@@ -81,6 +81,20 @@ def test_objects_stay_frozen_across_tasks_and_their_cycles_are_freed_every_few_t
     assert orphan() is None
 
 
+def test_what_a_task_leaves_alive_is_frozen_at_its_end():
+    """Back at Python's thresholds after a task, the first collection would walk all the state the task
+    added before the task could report; it is frozen with the rest and handed back every few tasks."""
+    with garbage.streaming_records():
+        left = weakref.ref(_Node())  # a cycle no young collection saw during the task
+    gc.collect()
+    assert left() is not None  # frozen at the task's end, so no collection walked it
+    for _ in range(garbage.UNFREEZE_EVERY_TASKS - 1):
+        with garbage.streaming_records():
+            pass
+    gc.collect()
+    assert left() is None
+
+
 def test_cycles_made_while_records_stream_are_still_collected():
     with garbage.streaming_records():
         cycle = weakref.ref(_Node())

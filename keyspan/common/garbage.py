@@ -16,7 +16,9 @@ YOUNG_COLLECTION_EVERY = 100_000  # container allocations between young collecti
 # Unfreezing hands every frozen object back to the collector, and Python's next full collection then
 # walks the worker's whole state before the task can end (10–25 ms per task with the window benchmark's
 # state). Objects stay frozen across this many tasks; only reference cycles among them wait that long
-# to be freed, as reference counting frees everything else at once.
+# to be freed, as reference counting frees everything else at once. What a task leaves alive (the state
+# it added) is frozen at its end too: back at Python's default thresholds, the first collection would
+# otherwise walk all of it before the task could report.
 UNFREEZE_EVERY_TASKS = 16
 
 _depth = 0
@@ -28,7 +30,8 @@ _saved_thresholds: tuple[int, ...] = ()
 def streaming_records():
     """While it lasts, objects that existed before are left out of collections (``gc.freeze``), and
     young collections run every ``YOUNG_COLLECTION_EVERY`` allocations, so most records are freed before
-    any collection sees them. Cycles are still found, a little later; nested or interleaved uses (two
+    any collection sees them. Cycles are still found, a little later (those a task leaves behind after its
+    last young collection once its objects go back to the collector); nested or interleaved uses (two
     tasks' generators in one process) restore Python's thresholds when the last one ends, and every
     ``UNFREEZE_EVERY_TASKS`` tasks its frozen objects too."""
     global _depth, _saved_thresholds, _tasks_since_unfreeze
@@ -42,6 +45,7 @@ def streaming_records():
     finally:
         _depth -= 1
         if _depth == 0:
+            gc.freeze()
             gc.set_threshold(*_saved_thresholds)
             _tasks_since_unfreeze += 1
             if _tasks_since_unfreeze >= UNFREEZE_EVERY_TASKS:

@@ -405,8 +405,8 @@ class VectorizedWindowOperator(WindowOperator):
         accumulators = accumulate(rows, group_of_row, len(group_heads))
         _, heads = np.unique(group_of_row, return_index=True)  # each group's first row, in group order
         contents = self._contents
-        tc = self._trigger_ctx
-        trigger = self._trigger
+        register_timer = self._register_timer
+        lateness = self._allowed_lateness  # without it, the cleanup timer is the trigger's timer
         for g, row in enumerate(heads.tolist()):
             i = int(rows[row])
             start = int(starts[row])
@@ -416,7 +416,8 @@ class VectorizedWindowOperator(WindowOperator):
             contents.set_current_namespace(window)
             if contents.add_accumulator(accumulators[g]):
                 continue  # a pane the watermark has not passed: its first record registered its timers
-            tc.window = window
-            trigger.on_element(None, int(ts[i]), window, tc)  # the default trigger: the element plays no part
-            self._register_cleanup_timer(window)
+            # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
+            register_timer(True, start + size - 1, window)
+            if lateness:
+                self._register_cleanup_timer(window)
         return np.flatnonzero(special).tolist()
