@@ -175,12 +175,18 @@ def has_operator_state(t) -> bool:
     return t.kind in BROADCAST_KINDS or isinstance(user_function(t.function), CheckpointedFunction)
 
 
-def _probed_fields(fn, names: list[str]) -> list[str] | None:
-    """The columns a function of one record returns as they are (one, or a tuple), else None."""
+def _probe(fn, names: list[str]):
+    """What ``fn`` returns for a stand-in record: a ``_FieldRef`` for each column it returns as is;
+    None when it does anything else with the record (it then runs in Python)."""
     try:
-        result = fn(_RowProbe(names))
+        return fn(_RowProbe(names))
     except Exception:  # noqa: BLE001 — any other function runs in Python
         return None
+
+
+def key_columns(selector, names: list[str]) -> list[str] | None:
+    """The columns a key selector returns as they are (one, or a tuple), else None."""
+    result = _probe(selector, names)
     if isinstance(result, _FieldRef):
         return [result.name]
     if isinstance(result, tuple) and result and all(isinstance(r, _FieldRef) for r in result):
@@ -410,7 +416,7 @@ def _push_down_key_columns(stages: list[Stage]) -> None:
             continue
         dataframe = stage.source.spec.dataframe
         columns = dataframe.columns
-        keys = _probed_fields(plan.exits[0].key_selector, columns)
+        keys = key_columns(plan.exits[0].key_selector, columns)
         if keys is None or not _hashable_in_jvm(dataframe, keys):
             continue
         stamps = plan.ops[1] if len(plan.ops) == 2 else None
@@ -438,8 +444,8 @@ def timestamp_column(strategy, names: list[str]) -> str | None:
     assigner = strategy.timestamp_assigner
     if assigner is None:
         return None
-    fields = _probed_fields(lambda row: assigner.extract_timestamp(row, None), names)
-    return fields[0] if fields is not None and len(fields) == 1 else None
+    result = _probe(lambda row: assigner.extract_timestamp(row, None), names)
+    return result.name if isinstance(result, _FieldRef) else None
 
 
 def _column_types_are(dataframe, columns: list[str], types: tuple) -> bool:

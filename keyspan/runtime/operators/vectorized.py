@@ -417,7 +417,7 @@ class VectorizedWindowOperator(WindowOperator):
             if contents.add_accumulator(accumulators[g]):
                 continue  # a pane the watermark has not passed: its first record registered its timers
             # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
-            register_timer(True, start + size - 1, window)
+            register_timer(True, window.max_timestamp(), window)
             if lateness:
                 self._register_cleanup_timer(window)
         return np.flatnonzero(special).tolist()

@@ -209,7 +209,6 @@ class OperatorChain:
                 process.batch = self._batch_processor(op, inst, ctx, emit, process)
             if hasattr(inst.function, "process_columns"):
                 process.columns = self._columns_processor(op, inst, ctx, emit, process)
-                process.columns.take_timestamps = inst.function.columns_take_timestamps
             return process
         if kind == OperatorKind.SINK:
             if hasattr(op.sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
@@ -305,6 +304,7 @@ class OperatorChain:
                     process(r, key, int(kgs[i]))
                 cell[0] = None
             return True
+        run.take_timestamps = inst.function.columns_take_timestamps  # see StageTask._consume
         return run
 
     def _method(self, op, name: str):
