@@ -2,15 +2,15 @@
 key group like any other state.
 
 Each key's pending timers live in the internal map state ``__ks_timers`` ({(domain, timestamp): True}),
-which de-duplicates per (key, domain, timestamp). A priority queue per domain orders them for firing;
-it lives only in the worker and is rebuilt from the state whenever the state was restored or rolled
-back, so it can never disagree with what a checkpoint holds.
+which de-duplicates per (key, domain, timestamp). A queue per domain orders them for firing; it lives
+only in the worker and is rebuilt from the state whenever the state was restored or rolled back, so
+it can never disagree with what a checkpoint holds.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
+from collections import deque
 
 from keyspan.datastream import timerservice
 from keyspan.common.clock import LONG_MIN, wall_clock_ms
@@ -22,8 +22,7 @@ class TimerService(timerservice.TimerService):
     def __init__(self, backend):
         self._backend = backend
         self._state = None
-        self._queues: tuple[list, list] | None = None
-        self._seq = itertools.count()
+        self._queues: tuple[DueQueue, DueQueue] | None = None
         self.watermark = LONG_MIN
 
     # -- the user's view --------------------------------------------------------------------------
@@ -61,21 +60,22 @@ class TimerService(timerservice.TimerService):
         queue = self._ensure_queues()[domain]
         b = self._backend
         state = self._timer_state()
-        while queue and queue[0][0] <= limit:
-            timestamp, _, kg, key = heapq.heappop(queue)
+        while True:
+            due = queue.pop(limit)
+            if due is None:
+                return None
+            timestamp, kg, key = due
             b.current_key_group = kg
             b.current_key = key
             entry = (domain, timestamp)
             if state.contains(entry):  # else deleted, or fired already (a stale queue entry)
                 state.remove(entry)
                 return timestamp
-        return None
 
     def next_processing_time(self) -> int | None:
         if not self.active:
             return None
-        queue = self._ensure_queues()[PROCESSING_TIME]
-        return queue[0][0] if queue else None
+        return self._ensure_queues()[PROCESSING_TIME].first()
 
     # -- internals -------------------------------------------------------------------------------
     def _timer_state(self):
@@ -92,7 +92,7 @@ class TimerService(timerservice.TimerService):
         state.put(entry, True)
         if self._queues is not None:
             b = self._backend
-            heapq.heappush(self._queues[domain], (timestamp, next(self._seq), b.current_key_group, b.current_key))
+            self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
 
     def _delete(self, domain: int, timestamp) -> None:
         timestamp = _check_timestamp(timestamp)
@@ -100,9 +100,9 @@ class TimerService(timerservice.TimerService):
         if state.contains((domain, timestamp)):
             state.remove((domain, timestamp))
 
-    def _ensure_queues(self) -> tuple[list, list]:
+    def _ensure_queues(self) -> tuple[DueQueue, DueQueue]:
         if self._queues is None:
-            queues: tuple[list, list] = ([], [])
+            queues = (DueQueue(), DueQueue())
             b = self._backend
             state = self._timer_state()
             saved = b.current_key, b.current_key_group
@@ -110,12 +110,51 @@ class TimerService(timerservice.TimerService):
                 b.current_key_group = kg
                 b.current_key = key
                 for domain, timestamp in state.keys():
-                    queues[domain].append((timestamp, next(self._seq), kg, key))
+                    queues[domain].push(timestamp, kg, key)
             b.current_key, b.current_key_group = saved
-            heapq.heapify(queues[0])
-            heapq.heapify(queues[1])
             self._queues = queues
         return self._queues
+
+
+class DueQueue:
+    """Timers of one domain in firing order: by timestamp, then in the order they were queued.
+
+    Timers share few timestamps (a window's end, a rounded deadline), so the heap orders the distinct
+    timestamps and each one keeps a FIFO of its (key group, key) entries: queuing and firing a timer
+    cost O(1) instead of a heap operation over every pending timer. An entry may be stale (its timer
+    deleted or fired); ``TimerService.pop_due`` checks each one against the timer state."""
+
+    __slots__ = ("_times", "_entries")
+
+    def __init__(self):
+        self._times: list[int] = []  # heap of the timestamps in _entries
+        self._entries: dict[int, deque] = {}
+
+    def push(self, timestamp: int, kg: int, key) -> None:
+        entries = self._entries.get(timestamp)
+        if entries is None:
+            entries = self._entries[timestamp] = deque()
+            heapq.heappush(self._times, timestamp)
+        entries.append((kg, key))
+
+    def first(self) -> int | None:
+        """The earliest queued timestamp, or None."""
+        times = self._times
+        while times and not self._entries[times[0]]:
+            del self._entries[heapq.heappop(times)]
+        return times[0] if times else None
+
+    def pop(self, limit: int):
+        """(timestamp, key group, key) of the next entry due at ``limit``, removed; or None."""
+        times = self._times
+        while times and times[0] <= limit:
+            timestamp = times[0]
+            entries = self._entries[timestamp]
+            if entries:
+                kg, key = entries.popleft()
+                return timestamp, kg, key
+            del self._entries[heapq.heappop(times)]
+        return None
 
 
 def _check_timestamp(timestamp) -> int:
