@@ -88,6 +88,8 @@ steps = st.one_of(
 @example([("register", PROCESSING_TIME, 3, "a"), ("register", PROCESSING_TIME, 3, "b"),
           ("delete", PROCESSING_TIME, 3, "a"), ("register", PROCESSING_TIME, 3, "a"),
           ("fire", PROCESSING_TIME, 5, 1), ("fire", PROCESSING_TIME, 6, 0)])
+@example([("register", PROCESSING_TIME, 3, "a"), ("register", PROCESSING_TIME, 3, "b"),
+          ("fire", PROCESSING_TIME, 3, 1)])
 def test_timers_fire_in_timestamp_then_registration_order(script):
     backend = HeapKeyedStateBackend("op", KEY_GROUPS)
     timers = TimerService(backend)

@@ -10,7 +10,6 @@ it can never disagree with what a checkpoint holds.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 
 from keyspan.datastream import timerservice
 from keyspan.common.clock import LONG_MIN, wall_clock_ms
@@ -120,29 +119,37 @@ class DueQueue:
     """Timers of one domain in firing order: by timestamp, then in the order they were queued.
 
     Timers share few timestamps (a window's end, a rounded deadline), so the heap orders the distinct
-    timestamps and each one keeps a FIFO of its (key group, key) entries: queuing and firing a timer
-    cost O(1) instead of a heap operation over every pending timer. An entry may be stale (its timer
+    timestamps and each one keeps its (key group, key) entries in order: queuing and firing a timer
+    cost O(1) instead of a heap operation over every pending timer. A timestamp with one entry keeps
+    just that entry, so timers that all differ take no more memory than in one heap; with more, a
+    list whose first item is the position of the next entry to fire. An entry may be stale (its timer
     deleted or fired); ``TimerService.pop_due`` checks each one against the timer state."""
 
     __slots__ = ("_times", "_entries")
 
     def __init__(self):
         self._times: list[int] = []  # heap of the timestamps in _entries
-        self._entries: dict[int, deque] = {}
+        self._entries: dict[int, tuple | list] = {}
 
     def push(self, timestamp: int, kg: int, key) -> None:
         entries = self._entries.get(timestamp)
         if entries is None:
-            entries = self._entries[timestamp] = deque()
+            self._entries[timestamp] = (kg, key)
             heapq.heappush(self._times, timestamp)
-        entries.append((kg, key))
+        elif type(entries) is tuple:
+            self._entries[timestamp] = [1, entries, (kg, key)]
+        else:
+            entries.append((kg, key))
 
     def first(self) -> int | None:
         """The earliest queued timestamp, or None."""
         times = self._times
-        while times and not self._entries[times[0]]:
+        while times:
+            entries = self._entries[times[0]]
+            if type(entries) is tuple or entries[0] < len(entries):
+                return times[0]
             del self._entries[heapq.heappop(times)]
-        return times[0] if times else None
+        return None
 
     def pop(self, limit: int):
         """(timestamp, key group, key) of the next entry due at ``limit``, removed; or None."""
@@ -150,8 +157,13 @@ class DueQueue:
         while times and times[0] <= limit:
             timestamp = times[0]
             entries = self._entries[timestamp]
-            if entries:
-                kg, key = entries.popleft()
+            if type(entries) is tuple:
+                del self._entries[heapq.heappop(times)]
+                return timestamp, entries[0], entries[1]
+            position = entries[0]
+            if position < len(entries):
+                entries[0] = position + 1
+                kg, key = entries[position]
                 return timestamp, kg, key
             del self._entries[heapq.heappop(times)]
         return None
