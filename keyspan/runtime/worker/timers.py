@@ -153,20 +153,17 @@ class DueQueue:
 
     def pop(self, limit: int):
         """(timestamp, key group, key) of the next entry due at ``limit``, removed; or None."""
-        times = self._times
-        while times and times[0] <= limit:
-            timestamp = times[0]
-            entries = self._entries[timestamp]
-            if type(entries) is tuple:
-                del self._entries[heapq.heappop(times)]
-                return timestamp, entries[0], entries[1]
-            position = entries[0]
-            if position < len(entries):
-                entries[0] = position + 1
-                kg, key = entries[position]
-                return timestamp, kg, key
-            del self._entries[heapq.heappop(times)]
-        return None
+        timestamp = self.first()
+        if timestamp is None or timestamp > limit:
+            return None
+        entries = self._entries[timestamp]
+        if type(entries) is tuple:
+            del self._entries[heapq.heappop(self._times)]
+            return timestamp, entries[0], entries[1]
+        position = entries[0]
+        entries[0] = position + 1
+        kg, key = entries[position]
+        return timestamp, kg, key
 
 
 def _check_timestamp(timestamp) -> int:
