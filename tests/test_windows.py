@@ -412,6 +412,35 @@ def test_tumbling_event_time_reduce_fires_when_the_watermark_passes_the_window()
     assert all(not t for t in h.timers.values())
 
 
+def test_every_key_s_state_holds_one_shared_object_per_window_and_restores_to_the_same_results(monkeypatch):
+    """A fixed-size window is one object for all keys, so a checkpoint pickles it once per key group;
+    with more window starts than the operator keeps, windows are separate equal objects and nothing
+    else changes."""
+    import pickletools
+
+    from keyspan.runtime.operators import window as window_operator
+
+    records = [(f"k{i}", (f"k{i}", i), ts) for i in range(40) for ts in (3, 13)]
+    h = Harness(windowed(TumblingEventTimeWindows.of(10)).reduce(_sum_values))
+    h.elements(records)
+    panes = [w for group in h.backend._tables["window-contents"].groups for panes in group.values() for w in panes]
+    assert len(panes) == 80 and len({id(w) for w in panes}) == 2
+    payload = h.snapshot()
+    (section,) = payload[0].values()
+    rebuilt = [op for op, _, _ in pickletools.genops(section) if op.name == "REDUCE"]
+    assert len(rebuilt) == 2  # each window pickled once, however many keys hold it
+
+    monkeypatch.setattr(window_operator, "WINDOWS_KEPT", 1)  # every new start drops the cache
+    unshared = Harness(windowed(TumblingEventTimeWindows.of(10)).reduce(_sum_values))
+    unshared.elements(records)
+    panes = [w for group in unshared.backend._tables["window-contents"].groups for panes in group.values()
+             for w in panes]
+    assert len({id(w) for w in panes}) > 2
+    expected = sorted(((f"k{i}", i), end) for i in range(40) for end in (9, 19))
+    for harness in (Harness(h.template, payload), unshared):
+        harness.advance_watermark(MAX_LONG_VALUE)
+        assert sorted(harness.take()) == expected
+
 def test_the_operator_registers_one_runtime_timer_per_key_and_timestamp():
     h = Harness(windowed(SlidingEventTimeWindows.of(10, 5)).reduce(_sum_values))
     h.elements([("a", ("a", 1), 1), ("a", ("a", 1), 2), ("a", ("a", 1), 7)])

@@ -28,7 +28,6 @@ from keyspan.datastream.aggregates import BatchAggregateFunction, RollingAggrega
 from keyspan.datastream.window import (
     EventTimeTrigger,
     SlidingEventTimeWindows,
-    TimeWindow,
     TumblingEventTimeWindows,
     WindowOperationDescriptor,
 )
@@ -407,10 +406,11 @@ class VectorizedWindowOperator(WindowOperator):
         contents = self._contents
         register_timer = self._register_timer
         lateness = self._allowed_lateness  # without it, the cleanup timer is the trigger's timer
+        shared_window = self._shared_window
         for g, row in enumerate(heads.tolist()):
             i = int(rows[row])
             start = int(starts[row])
-            window = TimeWindow(start, start + size)
+            window = shared_window(start)
             backend.current_key = self._key = key_of(i)
             backend.current_key_group = int(kgs[i])
             contents.set_current_namespace(window)
