@@ -52,7 +52,7 @@ from keyspan.datastream.window import (
 from keyspan.state.api import ListState, MapState, MapStateDescriptor, MergingState
 from keyspan.state.internal import namespaced
 
-WINDOWS_KEPT = 4096  # window starts a fixed-size window operator keeps one shared TimeWindow object for
+WINDOWS_KEPT = 4096  # the most window starts a fixed-size window operator keeps a shared TimeWindow for
 
 __all__ = ["WindowOperator"]
 
