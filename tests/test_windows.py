@@ -420,10 +420,14 @@ def test_every_key_s_state_holds_one_shared_object_per_window_and_restores_to_th
 
     from keyspan.runtime.operators import window as window_operator
 
+    def pane_windows(harness):
+        return [w for group in harness.backend._tables["window-contents"].groups
+                for windows in group.values() for w in windows]
+
     records = [(f"k{i}", (f"k{i}", i), ts) for i in range(40) for ts in (3, 13)]
     h = Harness(windowed(TumblingEventTimeWindows.of(10)).reduce(_sum_values))
     h.elements(records)
-    panes = [w for group in h.backend._tables["window-contents"].groups for panes in group.values() for w in panes]
+    panes = pane_windows(h)
     assert len(panes) == 80 and len({id(w) for w in panes}) == 2
     payload = h.snapshot()
     (section,) = payload[0].values()
@@ -433,13 +437,12 @@ def test_every_key_s_state_holds_one_shared_object_per_window_and_restores_to_th
     monkeypatch.setattr(window_operator, "WINDOWS_KEPT", 1)  # every new start drops the cache
     unshared = Harness(windowed(TumblingEventTimeWindows.of(10)).reduce(_sum_values))
     unshared.elements(records)
-    panes = [w for group in unshared.backend._tables["window-contents"].groups for panes in group.values()
-             for w in panes]
-    assert len({id(w) for w in panes}) > 2
+    assert len({id(w) for w in pane_windows(unshared)}) > 2
     expected = sorted(((f"k{i}", i), end) for i in range(40) for end in (9, 19))
     for harness in (Harness(h.template, payload), unshared):
         harness.advance_watermark(MAX_LONG_VALUE)
         assert sorted(harness.take()) == expected
+
 
 def test_the_operator_registers_one_runtime_timer_per_key_and_timestamp():
     h = Harness(windowed(SlidingEventTimeWindows.of(10, 5)).reduce(_sum_values))
