@@ -7,6 +7,7 @@ Spark's idle minute keep their workers (``JobRunner._keep_workers``)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -20,9 +21,10 @@ from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from keyspan.datastream.transformation import OperatorKind
 from keyspan.io.storage import Storage
+from keyspan.runtime import options as run_options
 from keyspan.runtime.planner import InputFormat, OpSpec, StagePlan
 from keyspan.runtime.protocol import EpochContext, TimeContext
-from keyspan.runtime.worker import instances, state_io
+from keyspan.runtime.worker import handoff, instances, state_io
 from keyspan.state.keygroups import assign_to_key_group
 
 MAX_PARALLELISM = 128
@@ -34,6 +36,15 @@ class Count(KeyedProcessFunction):
         self.count = ctx.get_state(COUNT)
 
     def process_element(self, value, ctx):
+        yield value
+
+
+class Tally(KeyedProcessFunction):
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n"))
+
+    def process_element(self, value, ctx):
+        self.n.update((self.n.value() or 0) + 1)
         yield value
 
 
@@ -56,9 +67,10 @@ class Job:
         self.expected: dict[str, int] = {}
         self.history: list[tuple[dict, dict]] = []  # (checkpoint, state) before each epoch
 
-    def epoch(self, worker: str, counts: dict[str, int]) -> tuple[object, int, list]:
+    def epoch(self, worker: str, counts: dict[str, int], notes=None) -> tuple[object, int, list]:
         """Run the next epoch on ``worker``, setting ``counts`` (None: clearing the key's state); the
-        instance, bytes it loaded, files it wrote."""
+        instance, bytes it loaded, files it wrote. With ``notes`` (a folder), the task ends as in a Spark
+        worker: it leaves a note of the files it wrote for the other workers."""
         epoch = self.committed["epoch"] + 1
         ctx = EpochContext(run_id=self.run_id, epoch=epoch, committed_epoch=self.committed["epoch"],
                            committed_tokens=self.committed["tokens"], manifest=self.committed["manifest"],
@@ -75,12 +87,22 @@ class Job:
         token = uuid.uuid4().hex[:8]
         handles, tokens = state_io.snapshot([inst], ctx, 0, 1, token)
         instances.park([inst], epoch, token)
+        if notes is not None:
+            handoff.leave_notes(str(notes), ctx, [inst], handles, token)
+        self.last_context = ctx
         self.committed = {"epoch": epoch, "manifest": next_manifest(self.committed["manifest"], handles),
                           "tokens": tokens}
         self.recent[epoch] = tokens
         self.expected.update(counts)
         self.expected = {k: v for k, v in self.expected.items() if v is not None}
         return inst, restored, handles
+
+    def wait_for_next_task(self, worker: str, notes) -> None:
+        """``worker`` ran another subtask in the last epoch and waits for its next task (as a Spark
+        worker does after ``handoff.start``); the task arrives and stops the wait."""
+        instances._INSTANCES = self.workers[worker]
+        handoff.start(str(notes), self.last_context)
+        handoff.wait()
 
     def retry_last_epoch(self) -> None:
         """The last epoch's attempt is not the one committed: the checkpoint before it is the latest."""
@@ -193,6 +215,80 @@ def test_a_catch_up_updates_and_deletes_what_the_cache_holds(tmp_path, backend):
     for key in keys[10:20]:  # read one by one: ``state_of`` lists the keys RocksDB holds, not the cache's
         a.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
         assert state.value() is None, key
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_a_worker_applies_the_epoch_another_worker_noted_while_it_waits_and_its_next_task_reads_nothing(
+        tmp_path, backend):
+    job = Job(tmp_path / "chk", backend(), max_chain=100)
+    notes = tmp_path / "notes"
+    keys = [f"k{i:03d}" for i in range(50)]
+    a = job.epoch("A", {k: 1 for k in keys})[0]
+    # Spark runs epoch 1 on worker B, which notes the delta it wrote (updates and deletes)
+    job.epoch("B", {**{k: 2 for k in keys[:10]}, **{k: None for k in keys[10:20]}}, notes=notes)
+    job.wait_for_next_task("A", notes)
+    again, read, _ = job.epoch("A", {"k049": 3})  # ``epoch`` checks A's state before this epoch's writes
+    assert again is a and read == 0
+    assert job.state_of(a) == {**{k: 2 for k in keys[:10]}, **{k: 1 for k in keys[20:49]}, "k049": 3}
+
+
+def test_a_worker_more_than_an_epoch_behind_catches_up_from_the_checkpoint_then_applies_the_note(tmp_path):
+    job = Job(tmp_path / "chk", HashMapStateBackend(), max_chain=100)
+    notes = tmp_path / "notes"
+    a = job.epoch("A", {"x": 1, "y": 1})[0]
+    job.epoch("B", {"x": 2})  # committed: A reads it from the checkpoint
+    job.epoch("B", {"y": 3}, notes=notes)  # just written: A reads it from the note
+    job.wait_for_next_task("A", notes)
+    again, read, _ = job.epoch("A", {"z": 1})
+    assert again is a and read == 0 and job.state_of(a) == {"x": 2, "y": 3, "z": 1}
+
+
+def test_an_applied_note_whose_attempt_was_not_committed_gets_the_instance_rebuilt(tmp_path):
+    job = Job(tmp_path / "chk", HashMapStateBackend(), max_chain=100)
+    notes = tmp_path / "notes"
+    a = job.epoch("A", {"x": 1, "y": 1})[0]
+    job.epoch("B", {"x": 7}, notes=notes)
+    job.wait_for_next_task("A", notes)  # A applies B's attempt of epoch 1 ...
+    job.retry_last_epoch()  # ... which the driver does not commit: epoch 1 runs again, and
+    job.epoch("B", {"x": 9})  # another attempt of it is committed
+    again, read, _ = job.epoch("A", {"y": 2})  # ``epoch`` checks A's state is the committed one: x is 9
+    assert again is not a and read > 0
+    assert job.state_of(again) == {"x": 9, "y": 2}
+
+
+def test_no_note_is_left_for_an_epoch_after_a_rescale_whose_changes_are_only_in_full_snapshots(tmp_path):
+    import dataclasses
+
+    job = Job(tmp_path / "chk", HashMapStateBackend(), max_chain=100)
+    notes = tmp_path / "notes"
+    inst, _, handles = job.epoch("A", {"x": 1})
+    handoff.leave_notes(str(notes), dataclasses.replace(job.last_context, full_all=True), [inst], handles, "t")
+    assert not notes.exists()
+    handoff.leave_notes(str(notes), job.last_context, [inst], handles, "t")
+    assert len(list(notes.iterdir())) == 1
+
+
+def test_spark_workers_note_the_deltas_they_write_where_the_other_workers_of_the_executor_look(workdir, env):
+    """In a real local Spark session, the keyed subtasks' tasks leave notes in the application's Spark
+    files folder (which Spark removes when the application ends), naming the epoch's delta files."""
+    import json
+
+    from pyspark import SparkFiles
+
+    from keyspan.datastream.connectors.file_system import DiscardingSink
+
+    env.set_max_records_per_epoch(100)
+    env.from_collection([f"k{i % 40}" for i in range(400)]).key_by(lambda k: k) \
+        .process(Tally()).uid("noted-counts").sink_to(DiscardingSink())
+    env.execute("handoff-notes")
+    state = reader.latest_keyed_state(run_options.current().metadata(), run_options.current().checkpoint_root(),
+                                      "handoff-notes", "noted-counts")
+    assert state["n"] == {f"k{i}": 10 for i in range(40)}
+    folder = os.path.join(SparkFiles.getRootDirectory(), "keyspan-handoff")
+    noted = [json.load(open(os.path.join(folder, name))) for name in os.listdir(folder) if name.endswith(".json")]
+    deltas = [d for note in noted for d in note["deltas"] if d["uid"] == "noted-counts"]
+    assert {d["subtask"] for d in deltas} == {0, 1}
+    assert all(d["kind"] == "delta" and d["epoch"] == note["epoch"] for note in noted for d in note["deltas"])
 
 
 class RecordsWhere(KeyedProcessFunction):

@@ -3,8 +3,9 @@
 An instance keeps its function and state between epochs. At the next epoch the driver says which
 attempt it committed: the instance confirms its pending changes if they were that attempt's, and
 rolls them back otherwise (invariant 1). A cache that is behind catches up from the deltas other
-workers wrote; an unknown or unusable one is rebuilt from the committed checkpoint. Workers are
-not sticky (DESIGN-NOTES), so nothing here assumes the same worker sees the next epoch.
+workers wrote — ahead of time while the worker waits for its next task (``worker/handoff``), or
+when the task starts; an unknown or unusable one is rebuilt from the committed checkpoint. Workers
+are not sticky (DESIGN-NOTES), so nothing here assumes the same worker sees the next epoch.
 """
 
 from __future__ import annotations
@@ -46,13 +47,18 @@ def _overrides_on_timer(function) -> bool:
                                                      KeyedCoProcessFunction.on_timer)
 
 
+def close(inst) -> None:
+    """Release what an instance no longer cached holds (a RocksDB backend's files)."""
+    close_backend = getattr(inst.backend, "close", None)
+    if close_backend is not None:
+        close_backend()
+
+
 def _drop(dropped) -> None:
     for key, inst in list(_INSTANCES.items()):
         if dropped(key, inst):
             del _INSTANCES[key]
-            close = getattr(inst.backend, "close", None)
-            if close is not None:
-                close()
+            close(inst)
 
 
 def evict_idle_instances(run_id: str) -> None:
@@ -98,8 +104,10 @@ class OperatorInstance:
         self.fires_timers = _overrides_on_timer(self.function)
         self.runtime_context = TaskRuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
                                                   self.backend, job_parameters)
+        self.state_id = f"{op.uid}/{subtask}"  # how the driver's committed tokens name this subtask
         self.version = None  # last epoch whose state this instance holds, confirmed
         self.pending = None  # (epoch, token) written but not yet known to be committed
+        self.ahead = None  # (epoch, token) of another worker's changes applied ahead of time, not yet confirmed
         self.opened = False
 
     def open(self):
@@ -108,20 +116,24 @@ class OperatorInstance:
                 self.function.open(self.runtime_context)
             self.opened = True
 
-    def settle(self, ctx, state_id: str) -> None:
+    def settle(self, ctx) -> None:
         """Confirm the parked epoch's changes if the driver committed this attempt, else undo them. The
-        parked epoch may be older than the last committed one: Spark ran later epochs on other workers."""
-        if self.pending is None:
-            return
-        epoch, token = self.pending
-        tokens = ctx.committed_tokens if epoch == ctx.committed_epoch else ctx.recent_tokens.get(epoch, {})
-        if tokens.get(state_id) == token:
-            if self.backend is not None:
-                self.backend.confirm()
-            self.version = epoch
-        else:
-            self.rollback()
-        self.pending = None
+        parked epoch may be older than the last committed one: Spark ran later epochs on other workers.
+        Changes another worker wrote and this one applied ahead of time count only if the driver
+        committed that attempt; otherwise nothing can undo them and the instance must be rebuilt."""
+        if self.pending is not None:
+            epoch, token = self.pending
+            self.pending = None
+            if _committed_token(ctx, epoch, self.state_id) == token:
+                if self.backend is not None:
+                    self.backend.confirm()
+                self.version = epoch
+            else:
+                self.rollback()
+        if self.ahead is not None:
+            epoch, token = self.ahead
+            self.ahead = None
+            self.version = epoch if _committed_token(ctx, epoch, self.state_id) == token else None
 
     def rollback(self) -> None:
         if self.backend is not None:
@@ -145,17 +157,12 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     restored = 0
     inst = _INSTANCES.pop(cache_key, None)
     if inst is not None:
-        inst.settle(ctx, f"{op.uid}/{subtask}")
-        if inst.version != committed:
-            catch_up = catch_up_order(handles, key_groups, inst.version) if (
-                keyed and not inst.has_operator_state and inst.version is not None
-                and inst.version < committed) else None
-            if catch_up is not None:
-                restored += state_io.apply_keyed(inst.backend, catch_up, key_groups, ctx.storage)
-                inst.timers.invalidate()
-                inst.version = committed
-            else:
-                inst = None
+        inst.settle(ctx)
+        caught_up = catch_up(inst, ctx)
+        if caught_up is None:
+            inst = None
+        else:
+            restored += caught_up
     if inst is None:
         inst = OperatorInstance(op, plan, subtask, attempt, ctx.backend, key_groups, cache_key, ctx.job_parameters)
         if keyed:
@@ -165,6 +172,30 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
             restored += _initialize(inst, ctx, subtask, plan.parallelism)
     inst.open()
     return inst, restored
+
+
+def _committed_token(ctx, epoch: int, state_id: str) -> str | None:
+    tokens = ctx.committed_tokens if epoch == ctx.committed_epoch else ctx.recent_tokens.get(epoch, {})
+    return tokens.get(state_id)
+
+
+def catch_up(inst: OperatorInstance, ctx) -> int | None:
+    """Bring a settled instance to the committed checkpoint with the deltas written since its version;
+    the bytes read, or None when it cannot (unknown version, operator state, a compaction that dropped
+    the deltas it needs) and must be rebuilt."""
+    committed = ctx.committed_epoch
+    if inst.version == committed:
+        return 0
+    if inst.backend is None or inst.has_operator_state or inst.version is None or inst.version > committed:
+        return None
+    handles = [h for h in ctx.manifest.get(inst.op.uid, []) if is_keyed(h)]
+    deltas = catch_up_order(handles, inst.key_groups, inst.version)
+    if deltas is None:
+        return None
+    read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, ctx.storage)
+    inst.timers.invalidate()
+    inst.version = committed
+    return read
 
 
 def _initialize(inst: OperatorInstance, ctx, subtask: int, parallelism: int) -> int:

@@ -40,7 +40,7 @@ from keyspan.runtime.protocol import (
     decode_context,
     user_error,
 )
-from keyspan.runtime.worker import instances, state_io
+from keyspan.runtime.worker import handoff, instances, state_io
 from keyspan.runtime.worker.chain import OperatorChain, emitting
 from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
@@ -186,6 +186,7 @@ class StageTask(OperatorChain):
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, batches):
+        handoff.wait()
         self.busy_s = 0.0
         try:
             with garbage.streaming_records():
@@ -460,6 +461,10 @@ class StageTask(OperatorChain):
         if out is not None:
             yield out
         instances.park(self.instances, self.ctx.epoch, self.token)
+        notes = handoff.notes_directory()
+        if notes is not None:
+            handoff.leave_notes(notes, self.ctx, self.instances, handles, self.token)
+            handoff.start(notes, self.ctx)
 
     def _snapshot_state(self):
         context = SnapshotContext(self.ctx.epoch)

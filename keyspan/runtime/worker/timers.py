@@ -53,6 +53,12 @@ class TimerService(timerservice.TimerService):
         """The state changed under the queues (restore, rollback): rebuild them before next use."""
         self._queues = None
 
+    def rebuild(self) -> None:
+        """Rebuild the queues now, while the worker waits for its next task, rather than at first use."""
+        self._queues = None
+        if self.active:
+            self._ensure_queues()
+
     def pop_due(self, domain: int, limit: int):
         """The next timer of ``domain`` with timestamp <= ``limit``, removed from state, with the
         backend's current key set to its key; or None."""
