@@ -47,7 +47,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.baselines import expected_sums, generate_events, make_spark  # noqa: E402
-from bench.windowed import BASE_MS as BASE, MINUTE, HDFS, KeyAndWindow, Results, generate, run_spark, ts_of  # noqa: E402
+from bench.windowed import (  # noqa: E402
+    BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, differences, generate, run_spark, ts_of,
+)
 from keyspan.checkpoint.reader import latest_keyed_state  # noqa: E402
 from keyspan.common import Duration, Time, WatermarkStrategy  # noqa: E402
 from keyspan.datastream import StreamExecutionEnvironment, TumblingEventTimeWindows  # noqa: E402
@@ -191,7 +193,8 @@ def windows(spark, args, work: str) -> None:
         for name, vectorize in (("fast", True), ("per-record", False)):
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, f"ksw-{name}-{i}"), f"windows-{name}-{i}",
                                     vectorize, args.window_source)
-            assert r["windows"] == expected, f"{name}: window results differ from the expected sums and counts"
+            assert r["windows"] == expected, \
+                f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
             assert (r["vectorized"] > 0) == vectorize, f"{name}: {r['vectorized']} records took the fast path"
             print(f"  {name}: {r['vectorized']:,} of {r['events']:,} records on the fast path", flush=True)
             rates[name].append(r["rate"])

@@ -125,6 +125,15 @@ class Results(SinkFunction):
         self.windows[(value[0], value[1])] = (value[2], value[3])
 
 
+def differences(got: dict, expected: dict) -> str:
+    """What a run's window results lack or hold beyond the expected ones, for an assertion message."""
+    missing = [w for w in expected if w not in got]
+    extra = [w for w in got if w not in expected]
+    wrong = [(w, got[w], expected[w]) for w in expected if w in got and got[w] != expected[w]]
+    return (f"{len(missing)} windows missing (e.g. {missing[:3]}), {len(extra)} unexpected (e.g. {extra[:3]}), "
+            f"{len(wrong)} with other sums or counts (got, expected: {wrong[:3]})")
+
+
 def ts_of(record, _):
     return record.ts
 
@@ -207,9 +216,8 @@ def throughput(spark, args, work: str) -> None:
         r = run_keyspan(spark, data_dir, os.path.join(work, f"ks-{i}"), f"windowed-{i}", args.source,
                         args.files_per_epoch)
         want = expected if args.source == "file" else emitted_at_end
-        assert r["windows"] == want, (
-            f"keyspan's window results differ from the expected sums: {len(r['windows'])} windows, "
-            f"{sum(1 for k, v in r['windows'].items() if want.get(k) != v)} wrong, {len(want)} expected")
+        assert r["windows"] == want, \
+            f"keyspan's window results differ from the expected sums: {differences(r['windows'], want)}"
         ks.append(r["rate"])
         line = f"run {i}: keyspan {r['rate']:,.0f} ev/s ({r['epochs']} epochs, {len(r['windows']):,} windows verified)"
         for name, provider in peers:
