@@ -270,7 +270,7 @@ def test_no_note_is_left_for_an_epoch_after_a_rescale_whose_changes_are_only_in_
 
 def test_spark_workers_note_the_deltas_they_write_where_the_other_workers_of_the_executor_look(workdir, env):
     """In a real local Spark session, the keyed subtasks' tasks leave notes in the application's Spark
-    files folder (which Spark removes when the application ends), naming the epoch's delta files."""
+    files folder, naming the epoch's delta files."""
     import json
 
     from pyspark import SparkFiles

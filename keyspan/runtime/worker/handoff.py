@@ -32,9 +32,10 @@ _pending: tuple[threading.Thread, threading.Event] | None = None
 
 
 def notes_directory() -> str | None:
-    """Where this executor's Python workers leave notes: inside the application's Spark files directory,
-    which Spark removes when the application ends. None outside a Spark worker: the driver runs every
-    subtask of its small epochs itself, so nothing there is ever an epoch behind another process."""
+    """Where this executor's Python workers leave notes: inside the application's Spark files directory
+    (a temporary folder Spark deletes at the end in local mode, the executor's working directory on a
+    cluster). None outside a Spark worker: the driver runs every subtask of its small epochs itself, so
+    nothing there is ever an epoch behind another process."""
     from pyspark import SparkFiles
 
     if not SparkFiles._is_running_on_worker:
