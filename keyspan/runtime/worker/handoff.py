@@ -75,7 +75,7 @@ def _read_note(directory: str, cache_key: tuple, epoch: int) -> dict | None:
             note = json.load(f)
     except (OSError, ValueError):
         return None
-    return note if note.get("epoch") == epoch else None
+    return note if isinstance(note, dict) and note.get("epoch") == epoch else None
 
 
 def start(directory: str, ctx) -> None:
