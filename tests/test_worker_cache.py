@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -285,7 +286,7 @@ def test_spark_workers_note_the_deltas_they_write_where_the_other_workers_of_the
                                       "handoff-notes", "noted-counts")
     assert state["n"] == {f"k{i}": 10 for i in range(40)}
     folder = os.path.join(SparkFiles.getRootDirectory(), "keyspan-handoff")
-    noted = [json.load(open(os.path.join(folder, name))) for name in os.listdir(folder) if name.endswith(".json")]
+    noted = [json.loads(path.read_text()) for path in Path(folder).glob("*.json")]
     deltas = [d for note in noted for d in note["deltas"] if d["uid"] == "noted-counts"]
     assert {d["subtask"] for d in deltas} == {0, 1}
     assert all(d["kind"] == "delta" and d["epoch"] == note["epoch"] for note in noted for d in note["deltas"])

@@ -58,9 +58,9 @@ def leave_notes(directory: str, ctx, parked: list, handles: list, token: str) ->
     try:
         os.makedirs(directory, exist_ok=True)
         for inst in parked:
-            if inst.backend is None or inst.has_operator_state:
+            if not inst.catches_up:
                 continue
-            deltas = [h for h in handles if h["uid"] == inst.op.uid and h["kind"] == DELTA and h["epoch"] == epoch]
+            deltas = [h for h in handles if h["uid"] == inst.op.uid and h["kind"] == DELTA]  # all of this epoch
             path = _note_path(directory, inst.cache_key)
             with open(f"{path}.{os.getpid()}", "w") as f:
                 json.dump({"epoch": epoch, "token": token, "deltas": deltas}, f)
@@ -69,9 +69,9 @@ def leave_notes(directory: str, ctx, parked: list, handles: list, token: str) ->
         _log.debug("could not leave a note of epoch %s in %s", epoch, directory, exc_info=True)
 
 
-def _read_note(directory: str, cache_key: tuple, epoch: int) -> dict | None:
+def _read_note(path: str, epoch: int) -> dict | None:
     try:
-        with open(_note_path(directory, cache_key)) as f:
+        with open(path) as f:
             note = json.load(f)
     except (OSError, ValueError):
         return None
@@ -83,14 +83,13 @@ def start(directory: str, ctx) -> None:
     subtasks of the run to that epoch, each as soon as its note for the epoch appears."""
     wait()
     epoch = ctx.epoch
-    behind = [key for key, inst in instances._INSTANCES.items()
-              if key[0] == ctx.run_id and inst.backend is not None and not inst.has_operator_state
-              and (inst.pending is None or inst.pending[0] != epoch)]
+    behind = {key: _note_path(directory, key) for key, inst in instances._INSTANCES.items()
+              if key[0] == ctx.run_id and inst.catches_up and (inst.pending is None or inst.pending[0] != epoch)}
     if not behind:
         return
     global _pending
     stop = threading.Event()
-    thread = threading.Thread(target=_catch_up_when_noted, args=(directory, ctx, behind, stop),
+    thread = threading.Thread(target=_catch_up_when_noted, args=(ctx, behind, stop),
                               name="keyspan-catch-up", daemon=True)
     thread.start()
     _pending = (thread, stop)
@@ -107,15 +106,16 @@ def wait() -> None:
         thread.join()
 
 
-def _catch_up_when_noted(directory: str, ctx, behind: list, stop: threading.Event) -> None:
+def _catch_up_when_noted(ctx, behind: dict, stop: threading.Event) -> None:
+    """``behind``: cache key → the path of its note."""
     began = time.monotonic()
     while behind:
         waited = time.monotonic() - began
         stopped = stop.wait(NOTE_POLL_SECONDS[waited > NOTE_FAST_POLL_SECONDS])
-        for key in list(behind):
-            note = _read_note(directory, key, ctx.epoch)
+        for key, path in list(behind.items()):
+            note = _read_note(path, ctx.epoch)
             if note is not None:
-                behind.remove(key)
+                del behind[key]
                 apply_note(key, note, ctx)
         if stopped or waited > NOTE_WAIT_SECONDS:
             return

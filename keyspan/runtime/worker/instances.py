@@ -100,6 +100,8 @@ class OperatorInstance:
         self.checkpointed = checkpointed(self.function)
         self.operator_state = None  # a DefaultOperatorStateStore once initialized, if the operator keeps any
         self.has_operator_state = self.checkpointed is not None or op.kind in BROADCAST_KINDS
+        # only keyed state alone can take other workers' deltas; operator state is rebuilt instead
+        self.catches_up = self.backend is not None and not self.has_operator_state
         self.timers = TimerService(self.backend) if self.backend is not None else None
         self.fires_timers = _overrides_on_timer(self.function)
         self.runtime_context = TaskRuntimeContext(op, subtask, plan.parallelism, plan.max_parallelism, attempt,
@@ -152,8 +154,6 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     else:
         key_groups = None
         cache_key = (ctx.run_id, op.uid, subtask, "p", plan.parallelism)
-    handles = [h for h in ctx.manifest.get(op.uid, []) if is_keyed(h)]
-    committed = ctx.committed_epoch
     restored = 0
     inst = _INSTANCES.pop(cache_key, None)
     if inst is not None:
@@ -166,12 +166,16 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     if inst is None:
         inst = OperatorInstance(op, plan, subtask, attempt, ctx.backend, key_groups, cache_key, ctx.job_parameters)
         if keyed:
-            restored += state_io.restore_keyed(inst.backend, handles, key_groups, ctx.storage)
-        inst.version = committed
+            restored += state_io.restore_keyed(inst.backend, _keyed_handles(ctx, op.uid), key_groups, ctx.storage)
+        inst.version = ctx.committed_epoch
         if inst.has_operator_state:
             restored += _initialize(inst, ctx, subtask, plan.parallelism)
     inst.open()
     return inst, restored
+
+
+def _keyed_handles(ctx, uid: str) -> list:
+    return [h for h in ctx.manifest.get(uid, []) if is_keyed(h)]
 
 
 def _committed_token(ctx, epoch: int, state_id: str) -> str | None:
@@ -186,10 +190,9 @@ def catch_up(inst: OperatorInstance, ctx) -> int | None:
     committed = ctx.committed_epoch
     if inst.version == committed:
         return 0
-    if inst.backend is None or inst.has_operator_state or inst.version is None or inst.version > committed:
+    if not inst.catches_up or inst.version is None or inst.version > committed:
         return None
-    handles = [h for h in ctx.manifest.get(inst.op.uid, []) if is_keyed(h)]
-    deltas = catch_up_order(handles, inst.key_groups, inst.version)
+    deltas = catch_up_order(_keyed_handles(ctx, inst.op.uid), inst.key_groups, inst.version)
     if deltas is None:
         return None
     read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, ctx.storage)
