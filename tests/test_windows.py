@@ -408,8 +408,28 @@ def test_tumbling_event_time_reduce_fires_when_the_watermark_passes_the_window()
     assert sorted(h.take()) == [(("a", 3), 9), (("b", 5), 9)]
     h.advance_watermark(MAX_LONG_VALUE)
     assert h.take() == [(("a", 4), 19)]
-    assert h.state_entries().get("window-contents", 0) == 0
+    assert not any(h.state_entries().values())  # contents, the windows' timers and the timers themselves
     assert all(not t for t in h.timers.values())
+
+
+def test_a_trigger_timer_still_pending_at_cleanup_is_deleted_with_the_window():
+    """Clearing a fired window skips EventTimeTrigger.clear only when the firing timer was its one
+    timer; a trigger that keeps another timer gets it deleted at cleanup, as in Flink."""
+    class EarlyAndOnTime(EventTimeTrigger):
+        def on_element(self, element, timestamp, window, ctx):
+            ctx.register_event_time_timer(window.max_timestamp() + 100)  # never reached before cleanup
+            return super().on_element(element, timestamp, window, ctx)
+
+        def clear(self, window, ctx):
+            super().clear(window, ctx)
+            ctx.delete_event_time_timer(window.max_timestamp() + 100)
+
+    for trigger in (EventTimeTrigger(), EarlyAndOnTime()):
+        h = Harness(windowed(TumblingEventTimeWindows.of(10)).trigger(trigger).reduce(_sum_values))
+        h.elements([("a", ("a", 1), 1), ("a", ("a", 2), 5)])
+        h.advance_watermark(9)
+        assert h.take() == [(("a", 3), 9)]
+        assert not any(h.state_entries().values()), type(trigger).__name__
 
 
 def test_every_key_s_state_holds_one_shared_object_per_window_and_restores_to_the_same_results(monkeypatch):

@@ -75,7 +75,7 @@ class Window(ABC):
 class TimeWindow(Window):
     """The time interval [start, end): start inclusive, end exclusive."""
 
-    __slots__ = ("start", "end")
+    __slots__ = ("start", "end", "_hash")
 
     def __init__(self, start: int, end: int):
         self.start = start
@@ -124,7 +124,12 @@ class TimeWindow(Window):
         return type(other) is TimeWindow and other.start == self.start and other.end == self.end
 
     def __hash__(self):
-        return hash((self.start, self.end))
+        # kept once computed: a window is looked up in state several times from opening to firing
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = h = hash((self.start, self.end))
+            return h
 
     def __lt__(self, other: "TimeWindow"):
         if not isinstance(other, TimeWindow):

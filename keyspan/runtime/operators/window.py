@@ -37,6 +37,7 @@ from keyspan.datastream.window import (
     MAX_LONG_VALUE,
     MIN_LONG_VALUE,
     CountTrigger,
+    EventTimeTrigger,
     MergingWindowAssigner,
     PurgingTrigger,
     SlidingEventTimeWindows,
@@ -52,6 +53,7 @@ from keyspan.datastream.window import (
 from keyspan.state.api import ListState, MapState, MapStateDescriptor, MergingState
 from keyspan.state.internal import namespaced
 
+_EVENT_TIME = TimeDomain.EVENT_TIME  # an enum member read per firing: a plain name is cheaper than its attribute
 WINDOWS_KEPT = 4096  # the most window starts a fixed-size window operator keeps a shared TimeWindow for
 
 __all__ = ["WindowOperator"]
@@ -304,6 +306,10 @@ class WindowOperator(KeyedProcessFunction):
                                         SlidingEventTimeWindows, SlidingProcessingTimeWindows)
         self._window_size = assigner._size if fixed_size else None
         self._windows: dict[int, TimeWindow] = {}
+        self._event_time = assigner.is_event_time()
+        # an EventTimeTrigger's only timer is at the window's end: once that timer fires, clearing
+        # the trigger has nothing left to delete
+        self._trigger_timer_only_at_end = type(trigger) is EventTimeTrigger
 
     # lifecycle ---------------------------------------------------------------------------------
     def open(self, runtime_context):
@@ -383,7 +389,7 @@ class WindowOperator(KeyedProcessFunction):
 
     # lateness and cleanup ------------------------------------------------------------------------
     def _cleanup_time(self, window) -> int:
-        if self._assigner.is_event_time():
+        if self._event_time:
             return min(window.max_timestamp() + self._allowed_lateness, MAX_LONG_VALUE)
         return window.max_timestamp()
 
@@ -406,12 +412,13 @@ class WindowOperator(KeyedProcessFunction):
         return (self._assigner.is_event_time()
                 and timestamp + self._allowed_lateness <= self._timer_service.current_watermark())
 
-    def _clear_all_state(self, window, state_window, merging_windows) -> None:
+    def _clear_all_state(self, window, state_window, merging_windows, trigger_timer_fired: bool = False) -> None:
         self._contents.set_current_namespace(state_window)
         self._contents.clear()
-        tc = self._trigger_ctx
-        tc.window = window
-        self._trigger.clear(window, tc)
+        if not (trigger_timer_fired and self._trigger_timer_only_at_end):
+            tc = self._trigger_ctx
+            tc.window = window
+            self._trigger.clear(window, tc)
         self._window_function.clear(window, self._process_ctx)
         if merging_windows is not None:
             merging_windows.retire_window(window)
@@ -514,7 +521,7 @@ class WindowOperator(KeyedProcessFunction):
     def on_timer(self, timestamp, ctx):
         self._timer_service = ctx.timer_service()
         self._key = ctx.get_current_key()
-        event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
+        event_time = ctx.time_domain() is _EVENT_TIME
         timers = self._timers[event_time]
         windows = timers.get(timestamp)
         if windows is None:
@@ -545,7 +552,9 @@ class WindowOperator(KeyedProcessFunction):
         if result.is_purge():
             self._contents.set_current_namespace(state_window)
             self._contents.clear()
-        if event_time == self._assigner.is_event_time() and timestamp == self._cleanup_time(window):
-            self._clear_all_state(window, state_window, merging_windows)
+        if event_time == self._event_time and timestamp == self._cleanup_time(window):
+            # this timer's entry is gone already (on_timer): an end-of-window timer has nothing to delete
+            self._clear_all_state(window, state_window, merging_windows,
+                                  trigger_timer_fired=event_time and timestamp == window.max_timestamp())
         if merging_windows is not None:
             merging_windows.persist()

@@ -95,12 +95,16 @@ class HeapCell(DictEntryReads):
         self._key_dict()[key] = stored
 
     def _entry_delete(self, key) -> None:
-        m = self._load()
+        b = self._backend
+        table = self._table
+        kg, current = b.current_key_group, b.current_key
+        m = table.groups[kg - table.start].get(current)
         if m is None or key not in m:
             return
-        m = self._key_dict()
+        group = table.touch(kg, current, dict)  # the undo log copies the map; ``m`` stays the live one
         del m[key]
-        self._drop_if_empty(m)
+        if not m:
+            del group[current]
 
     def _entries_update(self, puts: dict, deletes) -> None:
         if not puts and not deletes:
@@ -134,14 +138,15 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
 
     def _delete(self) -> None:
         b = self._backend
-        group = self._table.groups[b.current_key_group - self._table.start]
-        slots = group.get(b.current_key)
+        table = self._table
+        kg, current = b.current_key_group, b.current_key
+        slots = table.groups[kg - table.start].get(current)
         if slots is None or self._ns not in slots:
             return
-        slots = self._key_dict()
+        group = table.touch(kg, current, dict)  # the undo log copies the namespaces; ``slots`` stays live
         del slots[self._ns]
         if not slots:
-            self._table.touch(b.current_key_group, b.current_key).pop(b.current_key, None)
+            del group[current]
 
     def _load_for_update(self):
         stored = self._load()
