@@ -21,7 +21,9 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    SumAndCount("value"), KeyAndWindow())`` on the fast path and on the per-record path
    (``--window-source file``: keyspan's FileSource, read in a Python source stage, instead); every
    window result is delivered after its checkpoint commits and checked against the expected sums
-   and counts; Spark's emitted row count is checked against its watermark rule.
+   and counts; Spark's emitted row count is checked against its watermark rule. Each run's CPU
+   seconds are printed too, split between the Spark JVM, its Python workers and this process
+   (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to.
 
 3. ``--operator-only``: the aggregation step alone, without Spark — the rolling-sum operator over
    the same events in chunks of 16 k records, on the heap backend, per-record (``process_element``
@@ -46,7 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.baselines import expected_sums, generate_events, make_spark  # noqa: E402
+from bench.baselines import cpu_seconds, cpu_used, expected_sums, generate_events, make_spark  # noqa: E402
 from bench.windowed import (  # noqa: E402
     BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, differences, generate, run_spark, ts_of,
 )
@@ -189,20 +191,27 @@ def windows(spark, args, work: str) -> None:
                             args.window_source)
     run_spark(spark, warm, os.path.join(work, "spw-warm"), HDFS)
     rates = {"fast": [], "per-record": [], "spark": []}
+    cpu = {name: [] for name in rates}  # CPU seconds of each run, by process
     for i in range(args.repeats):
         for name, vectorize in (("fast", True), ("per-record", False)):
+            before = cpu_seconds()
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, f"ksw-{name}-{i}"), f"windows-{name}-{i}",
                                     vectorize, args.window_source)
+            cpu[name].append((before, cpu_seconds()))
             assert r["windows"] == expected, \
                 f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
             assert (r["vectorized"] > 0) == vectorize, f"{name}: {r['vectorized']} records took the fast path"
             print(f"  {name}: {r['vectorized']:,} of {r['events']:,} records on the fast path", flush=True)
             rates[name].append(r["rate"])
+        before = cpu_seconds()
         p = run_spark(spark, data_dir, os.path.join(work, f"spw-{i}"), HDFS, 2)
+        cpu["spark"].append((before, cpu_seconds()))
         assert p["events"] == args.events and p["rows_out"] == spark_expected, p
         rates["spark"].append(p["rate"])
         print(f"run {i}: " + "  ".join(f"{n} {v[-1]:,.0f} ev/s" for n, v in rates.items()) + f"  ({load()})",
               flush=True)
+        if cpu["spark"][-1][1]:
+            print("  CPU: " + "; ".join(f"{n}: {cpu_used(*c[-1])}" for n, c in cpu.items()), flush=True)
     m = {n: statistics.median(v) for n, v in rates.items()}
     print(f"\ntumbling 1-minute windows, sum and count per key ({args.window_source} source): {args.events:,} events, "
           f"{args.keys:,} keys, "
@@ -211,6 +220,11 @@ def windows(spark, args, work: str) -> None:
     print(f"keyspan per-record path             {m['per-record']:>10,.0f} events/s   / Spark = "
           f"{m['per-record'] / m['spark']:.2f}x")
     print(f"Spark groupBy(window, key), HDFS    {m['spark']:>10,.0f} events/s", flush=True)
+    if cpu["spark"][-1][1]:  # where each run spent its CPU (median over the runs), which a busy machine moves less
+        print("CPU seconds per run (median): " + "; ".join(
+            f"{n}: " + ", ".join(f"{part} {statistics.median(after[part] - before[part] for before, after in c):.1f}"
+                                 for part in ("jvm", "python workers", "driver"))
+            for n, c in cpu.items()), flush=True)
 
 
 # --- the operator alone ------------------------------------------------------------------------------------
