@@ -1,15 +1,21 @@
 """A keyed operator's timers fire by timestamp, then in the order they were registered; a deleted
 timer never fires, a timer registered while firing fires in its place in that order, and a queue
 rebuilt from the timer state (after a restore or a rollback) fires the same timers. The worker's
-``TimerService`` on a real heap backend, against a list of its queue entries."""
+``TimerService`` on a real heap backend and a real RocksDB backend, against a list of its queue
+entries."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from keyspan.runtime.worker.timers import TimerService
 from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE
+from keyspan.datastream import EmbeddedRocksDBStateBackend
 from keyspan.state.heap import HeapKeyedStateBackend
 
 KEY_GROUPS = range(0, 4)
@@ -90,8 +96,21 @@ steps = st.one_of(
           ("fire", PROCESSING_TIME, 5, 1), ("fire", PROCESSING_TIME, 6, 0)])
 @example([("register", PROCESSING_TIME, 3, "a"), ("register", PROCESSING_TIME, 3, "b"),
           ("fire", PROCESSING_TIME, 3, 1)])
-def test_timers_fire_in_timestamp_then_registration_order(script):
-    backend = HeapKeyedStateBackend("op", KEY_GROUPS)
+@pytest.mark.parametrize("backend_kind", ["heap", "rocksdb"])
+def test_timers_fire_in_timestamp_then_registration_order(backend_kind, script):
+    if backend_kind == "heap":
+        check_timers_against_the_model(HeapKeyedStateBackend("op", KEY_GROUPS), script)
+        return
+    local_dir = tempfile.mkdtemp(prefix="keyspan-timers-")
+    backend = EmbeddedRocksDBStateBackend().create_keyed_backend("op", KEY_GROUPS, local_dir=local_dir)
+    try:
+        check_timers_against_the_model(backend, script)
+    finally:
+        backend.close()
+        shutil.rmtree(local_dir, ignore_errors=True)
+
+
+def check_timers_against_the_model(backend, script):
     timers = TimerService(backend)
     model = Model()
     for step in script:

@@ -106,6 +106,15 @@ class KeyedStateBackend(ABC):
                 for key in list(section[name][0]):
                     yield kg, key
 
+    def map_keys_of(self, name: str):
+        """(key group, key, map key) of every entry of map state ``name``, key by key: what rebuilding
+        the timer queues reads, without making each key current and reading its map."""
+        for kg, section in sorted(self.all_sections().items()):
+            if name in section:
+                for key, entries in list(section[name][0].items()):
+                    for map_key in entries:
+                        yield kg, key, map_key
+
     def restored_state_names(self):
         """Names of states that hold values, registered or only restored so far."""
         return self._descriptors.keys()

@@ -108,15 +108,9 @@ class TimerService(timerservice.TimerService):
     def _ensure_queues(self) -> tuple[DueQueue, DueQueue]:
         if self._queues is None:
             queues = (DueQueue(), DueQueue())
-            b = self._backend
-            state = self._timer_state()
-            saved = b.current_key, b.current_key_group
-            for kg, key in list(b.keys_of(TIMER_STATE)):
-                b.current_key_group = kg
-                b.current_key = key
-                for domain, timestamp in state.keys():
-                    queues[domain].push(timestamp, kg, key)
-            b.current_key, b.current_key_group = saved
+            self._timer_state()  # registered first, so restored timers are in their registered form
+            for kg, key, (domain, timestamp) in self._backend.map_keys_of(TIMER_STATE):
+                queues[domain].push(timestamp, kg, key)
             self._queues = queues
         return self._queues
 

@@ -141,6 +141,15 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 for key in list(group):
                     yield table.start + i, key
 
+    def map_keys_of(self, name: str):
+        table = self._tables.get(name)
+        if table is not None:
+            for i, group in enumerate(table.groups):
+                kg = table.start + i
+                for key, entries in list(group.items()):
+                    for map_key in list(entries):
+                        yield kg, key, map_key
+
     def restored_state_names(self):
         return self._tables.keys()
 

@@ -474,6 +474,30 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
             finally:
                 del keys  # the iterator goes before the bound it points into
 
+    def map_keys_of(self, name: str):
+        """A keys-only scan of map state ``name``'s range in each key group: one RocksDB key per entry."""
+        meta = self._metas.get(name)
+        if meta is None:
+            return
+        self._spill_objects()
+        self._flush()
+        ro = self._rd.ReadOptions()
+        ro.fill_cache(False)
+        for kg in self.key_groups:
+            lo = _U16.pack(kg) + meta.sid
+            ro.set_iterate_upper_bound(_successor(lo))
+            keys = self._db.keys(from_key=lo, read_opt=ro)
+            last = key = None
+            try:
+                for k in keys:
+                    end = 8 + _U32.unpack_from(k, 4)[0]
+                    if k[8:end] != last:
+                        last = k[8:end]
+                        key = decode_key(last)
+                    yield kg, key, decode_key(k[end:])
+            finally:
+                del keys  # the iterator goes before the bound it points into
+
     def key_count(self) -> int:
         """(state, user key) pairs holding a value, as the heap backend counts them."""
         self._spill_objects()
