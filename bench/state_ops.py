@@ -19,6 +19,12 @@ backend (RocksDB's background flushes and compactions run on other threads and a
 
 ``--restore N``: a ``ValueState`` of N keys in key groups 0–63 is snapshotted whole and restored into
 a new RocksDB backend, three times; CPU seconds of this thread per restore.
+
+    python bench/state_ops.py --timers 5000   # a subtask's timer queues rebuilt from its timer state
+
+``--timers N``: N keys in key groups 0–63 with two event-time timers each; the timer queues are rebuilt
+from the timer state (as after a restore, a rollback or another worker's epoch) on each backend;
+the best of five, in CPU milliseconds of this thread.
 """
 
 from __future__ import annotations
@@ -164,13 +170,47 @@ def run_restore(n_keys: int) -> None:
             target.close()
 
 
+def run_timers(n_keys: int) -> None:
+    """Rebuilding a subtask's timer queues from its timer state (after a restore, a rollback, or
+    another worker's epoch applied): ``n_keys`` keys of key groups 0–63, two event-time timers each."""
+    from keyspan.runtime.worker.timers import TimerService
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("heap", "rocksdb"):
+            backend = _backend(name, range(MAX_P // 2), tmp)
+            timers = TimerService(backend)
+            registered = key = 0
+            while registered < n_keys:
+                kg = assign_to_key_group(key, MAX_P)
+                if kg < MAX_P // 2:
+                    backend.current_key, backend.current_key_group = key, kg
+                    timers.register_event_time_timer(60_000)
+                    timers.register_event_time_timer(120_000)
+                    registered += 1
+                key += 1
+            backend.confirm()
+            best = float("inf")
+            for _ in range(5):
+                start = time.thread_time()
+                timers.rebuild()
+                best = min(best, time.thread_time() - start)
+            print(f"{name:<8} {2 * n_keys:,} timers: queues rebuilt in {best * 1000:.2f} CPU-ms (best of 5), "
+                  f"{2 * n_keys / best:,.0f} timers/CPU-s", flush=True)
+            if name == "rocksdb":
+                backend.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, metavar="KEYS", help="run a subtask's epochs over KEYS keys instead")
     ap.add_argument("--restore", type=int, metavar="KEYS", help="restore a RocksDB full snapshot of KEYS keys instead")
+    ap.add_argument("--timers", type=int, metavar="KEYS", help="rebuild the timer queues of KEYS keys instead")
     args = ap.parse_args()
+    if args.timers:
+        run_timers(args.timers)
+        return
     if args.restore:
         run_restore(args.restore)
         return
