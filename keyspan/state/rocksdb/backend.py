@@ -451,34 +451,33 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         meta = self._metas.get(name)
         if meta is None:
             return
-        self._spill_objects()
-        self._flush()
-        ro = self._rd.ReadOptions()
-        ro.fill_cache(False)
-        for kg in self.key_groups:
-            lo = _U16.pack(kg) + meta.sid
-            hi = _successor(lo)
-            ro.set_iterate_upper_bound(hi)
-            last = None
-            keys = self._db.keys(from_key=lo, read_opt=ro)
-            try:
-                for k in keys:
-                    if meta.is_map:
-                        k = k[:8 + _U32.unpack_from(k, 4)[0]]
-                        if k == last:
-                            continue
-                        last = k
-                        yield kg, decode_key(k[8:])
-                    else:
-                        yield kg, decode_key(k[4:])
-            finally:
-                del keys  # the iterator goes before the bound it points into
+        last = None
+        for kg, k in self._state_keys(meta):
+            if meta.is_map:
+                k = k[:8 + _U32.unpack_from(k, 4)[0]]
+                if k == last:
+                    continue
+                last = k
+                yield kg, decode_key(k[8:])
+            else:
+                yield kg, decode_key(k[4:])
 
     def map_keys_of(self, name: str):
         """A keys-only scan of map state ``name``'s range in each key group: one RocksDB key per entry."""
         meta = self._metas.get(name)
         if meta is None:
             return
+        last = key = None
+        for kg, k in self._state_keys(meta):
+            end = 8 + _U32.unpack_from(k, 4)[0]
+            if k[:end] != last:  # the next user key (or key group)
+                last = k[:end]
+                key = decode_key(k[8:end])
+            yield kg, key, decode_key(k[end:])
+
+    def _state_keys(self, meta):
+        """(key group, RocksDB key) of every entry of one state, key group by key group, keys only
+        and without filling the block cache."""
         self._spill_objects()
         self._flush()
         ro = self._rd.ReadOptions()
@@ -487,14 +486,9 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
             lo = _U16.pack(kg) + meta.sid
             ro.set_iterate_upper_bound(_successor(lo))
             keys = self._db.keys(from_key=lo, read_opt=ro)
-            last = key = None
             try:
                 for k in keys:
-                    end = 8 + _U32.unpack_from(k, 4)[0]
-                    if k[8:end] != last:
-                        last = k[8:end]
-                        key = decode_key(last)
-                    yield kg, key, decode_key(k[end:])
+                    yield kg, k
             finally:
                 del keys  # the iterator goes before the bound it points into
 
