@@ -484,10 +484,14 @@ def cpu_seconds() -> dict[str, float]:
     return totals
 
 
-def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
-    """``cpu_seconds`` spent between two readings, as ``jvm 3.8 s, python workers 3.4 s, driver 0.2 s``."""
-    return ", ".join(f"{name} {after[name] - before[name]:.1f} s" for name in ("jvm", "python workers", "driver")
-                     if name in after)
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds spent between two ``cpu_seconds`` readings, by process kind (empty off Linux)."""
+    return {name: after[name] - before[name] for name in ("jvm", "python workers", "driver") if name in after}
+
+
+def format_cpu(spent: dict[str, float]) -> str:
+    """``jvm 3.8 s, python workers 3.4 s, driver 0.2 s``."""
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in spent.items())
 
 
 def _fmt(name: str, r: dict) -> str:

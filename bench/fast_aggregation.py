@@ -48,7 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.baselines import cpu_seconds, cpu_used, expected_sums, generate_events, make_spark  # noqa: E402
+from bench.baselines import cpu_seconds, cpu_spent, expected_sums, format_cpu, generate_events, make_spark  # noqa: E402
 from bench.windowed import (  # noqa: E402
     BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, differences, generate, run_spark, ts_of,
 )
@@ -191,13 +191,13 @@ def windows(spark, args, work: str) -> None:
                             args.window_source)
     run_spark(spark, warm, os.path.join(work, "spw-warm"), HDFS)
     rates = {"fast": [], "per-record": [], "spark": []}
-    cpu = {name: [] for name in rates}  # CPU seconds of each run, by process
+    cpu = {name: [] for name in rates}  # CPU seconds of each run, by process kind
     for i in range(args.repeats):
         for name, vectorize in (("fast", True), ("per-record", False)):
             before = cpu_seconds()
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, f"ksw-{name}-{i}"), f"windows-{name}-{i}",
                                     vectorize, args.window_source)
-            cpu[name].append((before, cpu_seconds()))
+            cpu[name].append(cpu_spent(before, cpu_seconds()))
             assert r["windows"] == expected, \
                 f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
             assert (r["vectorized"] > 0) == vectorize, f"{name}: {r['vectorized']} records took the fast path"
@@ -205,13 +205,13 @@ def windows(spark, args, work: str) -> None:
             rates[name].append(r["rate"])
         before = cpu_seconds()
         p = run_spark(spark, data_dir, os.path.join(work, f"spw-{i}"), HDFS, 2)
-        cpu["spark"].append((before, cpu_seconds()))
+        cpu["spark"].append(cpu_spent(before, cpu_seconds()))
         assert p["events"] == args.events and p["rows_out"] == spark_expected, p
         rates["spark"].append(p["rate"])
         print(f"run {i}: " + "  ".join(f"{n} {v[-1]:,.0f} ev/s" for n, v in rates.items()) + f"  ({load()})",
               flush=True)
-        if cpu["spark"][-1][1]:
-            print("  CPU: " + "; ".join(f"{n}: {cpu_used(*c[-1])}" for n, c in cpu.items()), flush=True)
+        if cpu["spark"][-1]:
+            print("  CPU: " + "; ".join(f"{n}: {format_cpu(c[-1])}" for n, c in cpu.items()), flush=True)
     m = {n: statistics.median(v) for n, v in rates.items()}
     print(f"\ntumbling 1-minute windows, sum and count per key ({args.window_source} source): {args.events:,} events, "
           f"{args.keys:,} keys, "
@@ -220,10 +220,9 @@ def windows(spark, args, work: str) -> None:
     print(f"keyspan per-record path             {m['per-record']:>10,.0f} events/s   / Spark = "
           f"{m['per-record'] / m['spark']:.2f}x")
     print(f"Spark groupBy(window, key), HDFS    {m['spark']:>10,.0f} events/s", flush=True)
-    if cpu["spark"][-1][1]:  # where each run spent its CPU (median over the runs), which a busy machine moves less
-        print("CPU seconds per run (median): " + "; ".join(
-            f"{n}: " + ", ".join(f"{part} {statistics.median(after[part] - before[part] for before, after in c):.1f}"
-                                 for part in ("jvm", "python workers", "driver"))
+    if cpu["spark"][-1]:  # where each run spent its CPU (median over the runs), which a busy machine moves less
+        print("CPU per run (median): " + "; ".join(
+            f"{n}: " + format_cpu({part: statistics.median(run[part] for run in c) for part in c[0]})
             for n, c in cpu.items()), flush=True)
 
 
@@ -374,12 +373,12 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
         op = cls(descriptor)
         op.open(RuntimeContext(backend))
         start = time.process_time()
-        if name == "arrow":
-            for lo in range(0, len(records), COLUMN_CHUNK):
+        for lo in range(0, len(records), COLUMN_CHUNK if name == "arrow" else chunk):
+            if name == "arrow":
                 batch = table.slice(lo, COLUMN_CHUNK)
                 assert op.process_columns(backend, ctx, kg_column[lo:lo + COLUMN_CHUNK], [batch.column(0)], batch,
                                           row_cls, ts_column[lo:lo + COLUMN_CHUNK]) == (None, [])
-        for lo in range(0, len(records), chunk) if name != "arrow" else ():
+                continue
             ks, gs, rs, ts = keys[lo:lo + chunk], kgs[lo:lo + chunk], records[lo:lo + chunk], stamps[lo:lo + chunk]
             if name == "columnar":
                 assert op.process_batch(backend, ctx, gs, ks, rs, ts)[2] == []

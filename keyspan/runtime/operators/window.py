@@ -292,7 +292,8 @@ class WindowOperator(KeyedProcessFunction):
         self._descriptor = descriptor
         self._assigner = assigner
         self._trigger = trigger
-        self._allowed_lateness = descriptor.allowed_lateness if assigner.is_event_time() else 0
+        self._event_time = assigner.is_event_time()
+        self._allowed_lateness = descriptor.allowed_lateness if self._event_time else 0
         self._late_tag = descriptor.late_data_output_tag
         self._window_function = _InternalWindowFunction(descriptor.window_function, descriptor.single_value)
         self._merging = isinstance(assigner, MergingWindowAssigner)
@@ -306,7 +307,6 @@ class WindowOperator(KeyedProcessFunction):
                                         SlidingEventTimeWindows, SlidingProcessingTimeWindows)
         self._window_size = assigner._size if fixed_size else None
         self._windows: dict[int, TimeWindow] = {}
-        self._event_time = assigner.is_event_time()
         # an EventTimeTrigger's only timer is at the window's end: once that timer fires, clearing
         # the trigger has nothing left to delete
         self._trigger_timer_only_at_end = type(trigger) is EventTimeTrigger
@@ -397,19 +397,19 @@ class WindowOperator(KeyedProcessFunction):
         time = self._cleanup_time(window)
         if time == MAX_LONG_VALUE:
             return  # e.g. GlobalWindow and count windows: their state is kept until the trigger purges it
-        self._register_timer(self._assigner.is_event_time(), time, window)
+        self._register_timer(self._event_time, time, window)
 
     def _delete_cleanup_timer(self, window) -> None:
         time = self._cleanup_time(window)
         if time == MAX_LONG_VALUE:
             return
-        self._delete_timer(self._assigner.is_event_time(), time, window)
+        self._delete_timer(self._event_time, time, window)
 
     def _is_window_late(self, window) -> bool:
-        return self._assigner.is_event_time() and self._cleanup_time(window) <= self._timer_service.current_watermark()
+        return self._event_time and self._cleanup_time(window) <= self._timer_service.current_watermark()
 
     def _is_element_late(self, timestamp: int) -> bool:
-        return (self._assigner.is_event_time()
+        return (self._event_time
                 and timestamp + self._allowed_lateness <= self._timer_service.current_watermark())
 
     def _clear_all_state(self, window, state_window, merging_windows, trigger_timer_fired: bool = False) -> None:
@@ -445,7 +445,7 @@ class WindowOperator(KeyedProcessFunction):
 
     # merging -------------------------------------------------------------------------------------
     def _merge(self, merge_result, merged_windows, state_window_result, merged_state_windows) -> None:
-        if (self._assigner.is_event_time()
+        if (self._event_time
                 and merge_result.max_timestamp() + self._allowed_lateness <= self._timer_service.current_watermark()):
             raise RuntimeError(f"The end timestamp of an event-time window cannot become earlier than the current "
                                f"watermark by merging. Current watermark: {self._timer_service.current_watermark()} "
