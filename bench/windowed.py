@@ -84,11 +84,19 @@ def generate(directory: str, n_events: int, n_keys: int, n_files: int, span_ms: 
         - rng.integers(0, disorder_ms + 1, size=n_events, dtype=np.int64)
     values = rng.integers(1, 10, size=n_events, dtype=np.int64)
     bounds = np.linspace(0, n_events, n_files + 1).astype(np.int64)
+    # Spark's file source reads files in order of modification time (milliseconds). Files written
+    # within the same millisecond could be read out of order, and a later file read first makes
+    # the earlier one's events late: they would be dropped, and the results would not be the
+    # expected ones. Each file gets its own second.
+    first_mtime_ns = time.time_ns() - n_files * 1_000_000_000
     for i in range(n_files):
         lo, hi = bounds[i], bounds[i + 1]
         tmp = os.path.join(directory, f".tmp-{i:05d}.parquet")
         pq.write_table(pa.table({"key": keys[lo:hi], "ts": ts[lo:hi], "value": values[lo:hi]}), tmp)
-        os.replace(tmp, os.path.join(directory, f"part-{i:05d}.parquet"))
+        path = os.path.join(directory, f"part-{i:05d}.parquet")
+        os.replace(tmp, path)
+        mtime = first_mtime_ns + i * 1_000_000_000
+        os.utime(path, ns=(mtime, mtime))
     table = pa.table({"key": keys, "start": ts - (ts - BASE_MS) % MINUTE, "value": values})
     agg = table.group_by(["key", "start"]).aggregate([("value", "sum"), ("value", "count")])
     expected = {(k, s): (v, c) for k, s, v, c in zip(agg.column("key").to_pylist(), agg.column("start").to_pylist(),
