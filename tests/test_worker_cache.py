@@ -68,15 +68,17 @@ class Job:
         self.expected: dict[str, int] = {}
         self.history: list[tuple[dict, dict]] = []  # (checkpoint, state) before each epoch
 
-    def epoch(self, worker: str, counts: dict[str, int], notes=None) -> tuple[object, int, list]:
+    def epoch(self, worker: str, counts: dict[str, int], notes=None, ended_runs=()) -> tuple[object, int, list]:
         """Run the next epoch on ``worker``, setting ``counts`` (None: clearing the key's state); the
         instance, bytes it loaded, files it wrote. With ``notes`` (a folder), the task ends as in a Spark
-        worker: it leaves a note of the files it wrote for the other workers."""
+        worker: it leaves a note of the files it wrote for the other workers. ``ended_runs``: the runs the
+        driver says ended."""
         epoch = self.committed["epoch"] + 1
         ctx = EpochContext(run_id=self.run_id, epoch=epoch, committed_epoch=self.committed["epoch"],
                            committed_tokens=self.committed["tokens"], manifest=self.committed["manifest"],
                            storage=self.storage, backend=self.backend, max_chain=self.max_chain, full_all=False,
-                           time=TimeContext(origins={}, state={}, now=0, finished=[]), recent_tokens=dict(self.recent))
+                           time=TimeContext(origins={}, state={}, now=0, finished=[]), recent_tokens=dict(self.recent),
+                           ended_runs=tuple(ended_runs))
         instances._INSTANCES = self.workers[worker]
         inst, restored = instances.acquire(self.op, self.plan, 0, 0, ctx, keyed=True)
         assert self.state_of(inst) == self.expected  # the cache holds exactly the committed state
@@ -125,6 +127,24 @@ def _own_instance_cache():
     saved = instances._INSTANCES
     yield
     instances._INSTANCES = saved
+
+
+def test_a_worker_frees_a_run_the_driver_ended_at_the_next_run_s_first_task(tmp_path):
+    """A Python worker outlives jobs. The state it caches for a run the driver says ended goes at the
+    next task of another run, long before the idle time; a run that is running again (resumed) keeps its
+    own, and so does a run nobody said ended."""
+    first = Job(tmp_path / "first", HashMapStateBackend(), max_chain=4)
+    other = Job(tmp_path / "other", HashMapStateBackend(), max_chain=4)
+    second = Job(tmp_path / "second", HashMapStateBackend(), max_chain=4)
+    other.workers = second.workers = first.workers  # one worker, three runs
+    first.epoch("A", {"a": 1})
+    other.epoch("A", {"b": 1})
+    cached_runs = lambda: {key[0] for key in first.workers["A"]}  # noqa: E731
+    assert cached_runs() == {first.run_id, other.run_id}
+    kept = first.epoch("A", {"a": 2}, ended_runs=[first.run_id])[0]  # resumed: its own cache stays
+    assert kept is first.epoch("A", {"a": 3})[0]
+    second.epoch("A", {"c": 1}, ended_runs=[first.run_id])
+    assert cached_runs() == {other.run_id, second.run_id}  # the ended run is gone, the other one idles on
 
 
 def _written(handles, kind):

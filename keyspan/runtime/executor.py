@@ -63,6 +63,17 @@ RECENT_TOKEN_EPOCHS = 4  # a worker cache parked at most this many epochs ago co
 # Spark stops an executor's idle Python workers after a minute in which none of them ran a task; after
 # this long without a task between epochs, the runner gives them one (SparkStages.touch_workers)
 KEEP_WORKERS_SECONDS = 30
+# Runs this driver process ended, newest last (at most ENDED_RUNS_KEPT): every epoch tells its tasks, so a
+# Python worker frees what it still caches for them (an earlier job of a notebook's session) at once
+ENDED_RUNS_KEPT = 32
+_ended_runs: list[str] = []
+
+
+def _run_ended(run_id: str) -> None:
+    if run_id in _ended_runs:
+        _ended_runs.remove(run_id)
+    _ended_runs.append(run_id)
+    del _ended_runs[:-ENDED_RUNS_KEPT]
 
 
 class JobExecutionError(RuntimeError):
@@ -268,6 +279,8 @@ class JobRunner:
         if not force_new and run and Storage(run["spark_checkpoint"]).exists("") and run["parallelism"] == self.parallelism:
             self._rewind_spark_log(run, latest_checkpoint)
             self.store.resume_run(run["run_id"])
+            if run["run_id"] in _ended_runs:
+                _ended_runs.remove(run["run_id"])
             return run, False
         run_id = uuid.uuid4().hex[:12]
         base = latest_checkpoint["epoch"] + 1 if latest_checkpoint else 0
@@ -509,6 +522,7 @@ class JobRunner:
                 self._fail(self.failure or exc)
         self._release()  # before the run shows as ended: whoever waits for that may start the job at once
         self.store.end_run(self.run_info["run_id"], status)
+        _run_ended(self.run_info["run_id"])
         last = self.committed["epoch"] if self.committed else None
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
                                     self.progress.epochs, self.progress.records, last)
@@ -692,6 +706,7 @@ class JobRunner:
         trace goes to a log file under the workdir, whose path the message ends with."""
         if not isinstance(exc, Fenced):  # the run row now belongs to the driver that took over
             self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+            _run_ended(self.run_info["run_id"])
         log = write_failure_log(self.options.workdir, self.job_id, exc)
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
@@ -846,7 +861,7 @@ class JobRunner:
             storage=self.storage, backend=self.env.get_state_backend(),
             max_chain=self.checkpoint_config.max_delta_chain, full_all=self.parallel_changed, time=time_ctx,
             job_parameters=self.env.get_config().get_global_job_parameters(),
-            recent_tokens=dict(self.recent_tokens), reads=reads)
+            recent_tokens=dict(self.recent_tokens), reads=reads, ended_runs=tuple(_ended_runs))
 
     def _time_context(self, offsets, end_of_input: bool = False) -> TimeContext:
         """What every task needs to compute the watermarks after this epoch exactly as the driver will."""

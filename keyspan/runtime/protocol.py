@@ -54,6 +54,7 @@ class EpochContext:
     # run's last few epochs before ``committed_epoch``: a worker cache parked after one of them confirms by them
     reads: dict[int, list] = field(default_factory=dict)  # keyspan source stage id → the input partitions
     # its tasks read this epoch (task i the i-th)
+    ended_runs: tuple = ()  # runs this driver process ended lately: workers free what they still cache for them
 
 
 def encode_context(ctx: EpochContext) -> str:

@@ -61,11 +61,14 @@ def _drop(dropped) -> None:
             close(inst)
 
 
-def evict_idle_instances(run_id: str) -> None:
-    """Python workers live across jobs: drop cached operators of other runs once they sit idle, so a
-    long-lived worker does not keep every finished job's state in memory."""
+def evict_idle_instances(run_id: str, ended_runs=()) -> None:
+    """Python workers live across jobs: drop cached operators of runs the driver says ended at once, and
+    of other runs once they sit idle, so a long-lived worker does not keep every finished job's state in
+    memory. Kept, a finished run's state made each later job in the same workers cost more CPU
+    (docs/benchmarks.md, "A finished job's state no longer slows the next one")."""
     now = time.monotonic()
-    _drop(lambda key, inst: key[0] != run_id and now - inst.last_used > IDLE_INSTANCE_SECONDS)
+    ended = set(ended_runs)
+    _drop(lambda key, inst: key[0] != run_id and (key[0] in ended or now - inst.last_used > IDLE_INSTANCE_SECONDS))
 
 
 def drop_other_parallelism(run_id: str, uid: str, parallelism: int) -> None:
@@ -146,7 +149,7 @@ class OperatorInstance:
 def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[OperatorInstance, int]:
     """The operator's instance for this epoch, as of the committed checkpoint: the cached one settled
     (and caught up), or a new one restored; also the state bytes read for it."""
-    evict_idle_instances(ctx.run_id)
+    evict_idle_instances(ctx.run_id, ctx.ended_runs)
     drop_other_parallelism(ctx.run_id, op.uid, plan.parallelism)
     if keyed:
         key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
