@@ -109,10 +109,11 @@ class Chaos:
     def add_file(self) -> None:
         start = len(self.records)
         batch = [(f"key-{i % 37:02d}", i) for i in range(start, start + self.records_per_file)]
-        path = os.path.join(self.input, f"{self.files:06d}.txt")
-        with open(path + ".tmp", "w") as f:
+        name = f"{self.files:06d}.txt"
+        hidden = os.path.join(self.input, f".{name}.tmp")  # the source skips names starting with "." (as Flink's)
+        with open(hidden, "w") as f:
             f.writelines(f"{k},{v}\n" for k, v in batch)
-        os.replace(path + ".tmp", path)  # a file appears whole
+        os.replace(hidden, os.path.join(self.input, name))  # a file appears whole
         self.records += batch
         self.files += 1
 

@@ -111,10 +111,18 @@ def run_spark_sum(spark, directory: str, checkpoint: str) -> dict:
     return {"rate": events_in / seconds, "events": events_in}
 
 
+def warm_up_shape(args, files: int) -> tuple[int, int, int]:
+    """(events, keys, files) of the warm-up run before the measured ones: the JVM compiles most of a
+    short run's code while it runs (docs/benchmarks.md, "The JVM compiles for most of a short run"), so
+    ``--warmup-events`` as large as ``--events`` measures both engines warm."""
+    events = args.warmup_events
+    return events, min(args.keys, max(1_000, events // 100)), max(2, files * events // args.events)
+
+
 def rolling_sum(spark, args, work: str) -> None:
     data = generate_events(os.path.join(work, "events"), args.events, args.keys, args.files, 7)
     expected = expected_sums(data)
-    warm = generate_events(os.path.join(work, "warm"), 20_000, 1_000, 2, 1)
+    warm = generate_events(os.path.join(work, "warm"), *warm_up_shape(args, args.files), 1)
     for vectorize in (True, False):
         run_keyspan_sum(spark, warm, os.path.join(work, f"ks-warm-{vectorize}"), f"warm-{vectorize}", vectorize)
     run_spark_sum(spark, warm, os.path.join(work, "sp-warm"))
@@ -185,7 +193,7 @@ def windows(spark, args, work: str) -> None:
     expected = data["expected"]
     spark_expected = sum(1 for w in expected if w[1] + MINUTE <= data["max_ts"] - 5_000)
     warm = os.path.join(work, "window-warm")
-    generate(warm, 20_000, 1_000, 2, seed=1)
+    generate(warm, *warm_up_shape(args, args.files * 2), seed=1)
     for vectorize in (True, False):
         run_keyspan_windows(spark, warm, os.path.join(work, f"ksw-warm-{vectorize}"), f"w-warm-{vectorize}", vectorize,
                             args.window_source)
@@ -410,6 +418,8 @@ def main():
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--files", type=int, default=10, help="epochs of the rolling sum (the windows read twice as many files, 2 per epoch)")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--warmup-events", type=int, default=20_000,
+                    help="events of the warm-up run before the measured ones (set it to --events to measure a warm JVM)")
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
     ap.add_argument("--window-source", choices=("spark", "file"), default="spark",
