@@ -69,11 +69,13 @@ ENDED_RUNS_KEPT = 32
 _ended_runs: list[str] = []
 
 
-def _run_ended(run_id: str) -> None:
+def _mark_run(run_id: str, ended: bool) -> None:
+    """Keep ``_ended_runs`` current: a run that ended goes last (the oldest fall off), one that resumed leaves."""
     if run_id in _ended_runs:
         _ended_runs.remove(run_id)
-    _ended_runs.append(run_id)
-    del _ended_runs[:-ENDED_RUNS_KEPT]
+    if ended:
+        _ended_runs.append(run_id)
+        del _ended_runs[:-ENDED_RUNS_KEPT]
 
 
 class JobExecutionError(RuntimeError):
@@ -279,8 +281,7 @@ class JobRunner:
         if not force_new and run and Storage(run["spark_checkpoint"]).exists("") and run["parallelism"] == self.parallelism:
             self._rewind_spark_log(run, latest_checkpoint)
             self.store.resume_run(run["run_id"])
-            if run["run_id"] in _ended_runs:
-                _ended_runs.remove(run["run_id"])
+            _mark_run(run["run_id"], ended=False)
             return run, False
         run_id = uuid.uuid4().hex[:12]
         base = latest_checkpoint["epoch"] + 1 if latest_checkpoint else 0
@@ -522,7 +523,7 @@ class JobRunner:
                 self._fail(self.failure or exc)
         self._release()  # before the run shows as ended: whoever waits for that may start the job at once
         self.store.end_run(self.run_info["run_id"], status)
-        _run_ended(self.run_info["run_id"])
+        _mark_run(self.run_info["run_id"], ended=True)
         last = self.committed["epoch"] if self.committed else None
         result = JobExecutionResult(self.job_id, self.job_name, int((time.time() - started) * 1000),
                                     self.progress.epochs, self.progress.records, last)
@@ -706,7 +707,7 @@ class JobRunner:
         trace goes to a log file under the workdir, whose path the message ends with."""
         if not isinstance(exc, Fenced):  # the run row now belongs to the driver that took over
             self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
-            _run_ended(self.run_info["run_id"])
+            _mark_run(self.run_info["run_id"], ended=True)
         log = write_failure_log(self.options.workdir, self.job_id, exc)
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
