@@ -1,18 +1,20 @@
 """A keyed operator's timers fire by timestamp, then in the order they were registered; a deleted
 timer never fires, a timer registered while firing fires in its place in that order, and a queue
-rebuilt from the timer state (after a restore or a rollback) fires the same timers. The worker's
-``TimerService`` on a real heap backend and a real RocksDB backend, against a list of its queue
-entries."""
+rebuilt from the timer state (after a restore or a rollback, or once deleted timers' stale entries
+would outnumber the timers) fires the same timers. The worker's ``TimerService`` on a real heap
+backend and a real RocksDB backend, against a list of its queue entries."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from unittest import mock
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from keyspan.runtime.worker import timers as timers_module
 from keyspan.runtime.worker.timers import TimerService
 from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE
 from keyspan.datastream import EmbeddedRocksDBStateBackend
@@ -24,38 +26,61 @@ KEYS = ["a", "b", "c", "d"]
 
 class Model:
     """The queue as a list of (domain, timestamp, key) entries in the order they were queued, and the
-    timers still pending: an entry whose timer was deleted (or fired) is stale and skipped."""
+    timers still pending: an entry whose timer was deleted (or fired) is stale and skipped. The queue
+    is built at first use, and rebuilt at the next use after it was invalidated or after more entries
+    were queued than it was built with, plus ``slack``."""
 
-    def __init__(self):
+    def __init__(self, backend, slack: int):
+        self.backend = backend
+        self.slack = slack
         self.pending: set[tuple[int, int, str]] = set()
-        self.queue: list[tuple[int, int, str]] = []
+        self.queue: list[tuple[int, int, str]] | None = None
+        self.active = False  # the service looks at its queues only once timers were used
+        self.until_rebuild = 0
 
     def register(self, domain, ts, key):
+        self.active = True
         if (domain, ts, key) not in self.pending:
             self.pending.add((domain, ts, key))
-            self.queue.append((domain, ts, key))
+            if self.queue is not None:
+                self.queue.append((domain, ts, key))
+                self.until_rebuild -= 1
+                if self.until_rebuild < 0:
+                    self.queue = None
 
     def delete(self, domain, ts, key):
+        self.active = True
         self.pending.discard((domain, ts, key))
 
     def pop_due(self, domain, limit):
+        self.active = True
+        queue = self._queue()
         while True:
-            due = [i for i, t in enumerate(self.queue) if t[0] == domain and t[1] <= limit]
+            due = [i for i, t in enumerate(queue) if t[0] == domain and t[1] <= limit]
             if not due:
                 return None
-            first = min(due, key=lambda i: (self.queue[i][1], i))
-            entry = self.queue.pop(first)
+            first = min(due, key=lambda i: (queue[i][1], i))
+            entry = queue.pop(first)
             if entry in self.pending:
                 self.pending.remove(entry)
                 return entry[1], entry[2]
 
     def next_processing_time(self):
-        times = [ts for domain, ts, _ in self.queue if domain == PROCESSING_TIME]
+        if not self.active:
+            return None
+        times = [ts for domain, ts, _ in self._queue() if domain == PROCESSING_TIME]
         return min(times) if times else None
 
-    def rebuild(self, key_order):
-        """The queue rebuilt from the pending timers, equal timestamps in the backend's key order."""
-        self.queue = sorted(self.pending, key=lambda t: key_order[t[2]])
+    def invalidate(self):
+        self.queue = None
+
+    def _queue(self):
+        """Rebuilt from the pending timers if needed, equal timestamps in the backend's key order."""
+        if self.queue is None:
+            key_order = {key: i for i, (_, key) in enumerate(self.backend.keys_of(TIMER_STATE))}
+            self.queue = sorted(self.pending, key=lambda t: key_order[t[2]])
+            self.until_rebuild = len(self.pending) + self.slack
+        return self.queue
 
 
 def _use_key(backend, key):
@@ -96,23 +121,47 @@ steps = st.one_of(
           ("fire", PROCESSING_TIME, 5, 1), ("fire", PROCESSING_TIME, 6, 0)])
 @example([("register", PROCESSING_TIME, 3, "a"), ("register", PROCESSING_TIME, 3, "b"),
           ("fire", PROCESSING_TIME, 3, 1)])
+@pytest.mark.parametrize("slack", [timers_module.QUEUE_SLACK, 1], ids=["default-slack", "rebuilt-often"])
 @pytest.mark.parametrize("backend_kind", ["heap", "rocksdb"])
-def test_timers_fire_in_timestamp_then_registration_order(backend_kind, script):
-    if backend_kind == "heap":
-        check_timers_against_the_model(HeapKeyedStateBackend("op", KEY_GROUPS), script)
-        return
-    local_dir = tempfile.mkdtemp(prefix="keyspan-timers-")
-    backend = EmbeddedRocksDBStateBackend().create_keyed_backend("op", KEY_GROUPS, local_dir=local_dir)
-    try:
-        check_timers_against_the_model(backend, script)
-    finally:
-        backend.close()
-        shutil.rmtree(local_dir, ignore_errors=True)
+def test_timers_fire_in_timestamp_then_registration_order(backend_kind, slack, script):
+    with mock.patch.object(timers_module, "QUEUE_SLACK", slack):
+        if backend_kind == "heap":
+            check_timers_against_the_model(HeapKeyedStateBackend("op", KEY_GROUPS), script, slack)
+            return
+        local_dir = tempfile.mkdtemp(prefix="keyspan-timers-")
+        backend = EmbeddedRocksDBStateBackend().create_keyed_backend("op", KEY_GROUPS, local_dir=local_dir)
+        try:
+            check_timers_against_the_model(backend, script, slack)
+        finally:
+            backend.close()
+            shutil.rmtree(local_dir, ignore_errors=True)
 
 
-def check_timers_against_the_model(backend, script):
+def test_a_timer_deleted_and_set_again_on_every_record_leaves_the_queue_at_most_twice_the_timers():
+    """Flink's count-with-timeout pattern: each record moves its key's timeout timer, leaving a stale
+    queue entry behind, until the queues are rebuilt from the timer state."""
+    backend = HeapKeyedStateBackend("op", KEY_GROUPS)
     timers = TimerService(backend)
-    model = Model()
+    deadlines = {}
+    for record in range(3 * timers_module.QUEUE_SLACK):
+        key = KEYS[record % len(KEYS)]
+        _use_key(backend, key)
+        if key in deadlines:
+            timers.delete_processing_time_timer(deadlines[key])
+        deadlines[key] = 1_000_000 + record
+        timers.register_processing_time_timer(deadlines[key])
+        assert timers.next_processing_time() <= min(deadlines.values())  # a stale entry may come first
+        queued = sum(1 if type(e) is tuple else len(e) - e[0] for e in timers._queues[PROCESSING_TIME]._entries.values())
+        assert queued <= 2 * len(KEYS) + timers_module.QUEUE_SLACK
+    fired = []
+    while (ts := timers.pop_due(PROCESSING_TIME, 10**9)) is not None:
+        fired.append((ts, backend.current_key))
+    assert sorted(fired) == sorted((ts, key) for key, ts in deadlines.items())
+
+
+def check_timers_against_the_model(backend, script, slack):
+    timers = TimerService(backend)
+    model = Model(backend, slack)
     for step in script:
         kind = step[0]
         if kind in ("register", "delete"):
@@ -137,5 +186,5 @@ def check_timers_against_the_model(backend, script):
                     follow_up = False
         else:
             timers.invalidate()  # the state changed under the queues: they are rebuilt from it
-            model.rebuild({key: i for i, (_, key) in enumerate(backend.keys_of(TIMER_STATE))})
+            model.invalidate()
         assert timers.next_processing_time() == model.next_processing_time()

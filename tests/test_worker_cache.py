@@ -26,6 +26,7 @@ from keyspan.runtime import options as run_options
 from keyspan.runtime.planner import InputFormat, OpSpec, StagePlan
 from keyspan.runtime.protocol import EpochContext, TimeContext
 from keyspan.runtime.worker import handoff, instances, state_io
+from keyspan.state.api import EVENT_TIME
 from keyspan.state.keygroups import assign_to_key_group
 
 MAX_PARALLELISM = 128
@@ -68,11 +69,11 @@ class Job:
         self.expected: dict[str, int] = {}
         self.history: list[tuple[dict, dict]] = []  # (checkpoint, state) before each epoch
 
-    def epoch(self, worker: str, counts: dict[str, int], notes=None, ended_runs=()) -> tuple[object, int, list]:
-        """Run the next epoch on ``worker``, setting ``counts`` (None: clearing the key's state); the
-        instance, bytes it loaded, files it wrote. With ``notes`` (a folder), the task ends as in a Spark
-        worker: it leaves a note of the files it wrote for the other workers. ``ended_runs``: the runs the
-        driver says ended."""
+    def epoch(self, worker: str, counts: dict[str, int], notes=None, ended_runs=(), work=None) -> tuple[object, int, list]:
+        """Run the next epoch on ``worker``, setting ``counts`` (None: clearing the key's state) and
+        calling ``work(instance)``; the instance, bytes it loaded, files it wrote. With ``notes`` (a
+        folder), the task ends as in a Spark worker: it leaves a note of the files it wrote for the other
+        workers. ``ended_runs``: the runs the driver says ended."""
         epoch = self.committed["epoch"] + 1
         ctx = EpochContext(run_id=self.run_id, epoch=epoch, committed_epoch=self.committed["epoch"],
                            committed_tokens=self.committed["tokens"], manifest=self.committed["manifest"],
@@ -86,6 +87,8 @@ class Job:
         for key, value in counts.items():
             inst.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
             state.update(value) if value is not None else state.clear()
+        if work is not None:
+            work(inst)
         self.history.append((self.committed, dict(self.expected)))
         token = uuid.uuid4().hex[:8]
         handles, tokens = state_io.snapshot([inst], ctx, 0, 1, token)
@@ -275,6 +278,50 @@ def test_an_applied_note_whose_attempt_was_not_committed_gets_the_instance_rebui
     again, read, _ = job.epoch("A", {"y": 2})  # ``epoch`` checks A's state is the committed one: x is 9
     assert again is not a and read > 0
     assert job.state_of(again) == {"x": 9, "y": 2}
+
+
+def _set_timers(inst, timers: list[tuple[str, int]], delete: bool = False) -> None:
+    for key, timestamp in timers:
+        inst.backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+        if delete:
+            inst.timers.delete_event_time_timer(timestamp)
+        else:
+            inst.timers.register_event_time_timer(timestamp)
+
+
+def _fire(inst, watermark: int, fired: list) -> None:
+    while (timestamp := inst.timers.pop_due(EVENT_TIME, watermark)) is not None:
+        fired.append((timestamp, inst.backend.current_key))
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+@pytest.mark.parametrize("noted", [False, True], ids=["from-the-checkpoint", "from-a-note"])
+def test_a_cache_caught_up_fires_the_timers_the_checkpoint_holds_each_once(tmp_path, backend, noted):
+    """Worker A queued its timers for firing; worker B then sets new ones (and some A had already),
+    deletes some and fires some. A, caught up from the checkpoint or from B's note, fires exactly the
+    timers left, each once."""
+    job = Job(tmp_path / "chk", backend(), max_chain=100)
+    notes = tmp_path / "notes"
+    keys = [f"k{i:02d}" for i in range(20)]
+    fired_by_b, fired_by_a = [], []
+
+    def on_a(inst):
+        _set_timers(inst, [(k, 100) for k in keys] + [(k, 50) for k in keys[10:15]])
+        _fire(inst, 0, [])  # nothing due yet: the queues are built
+
+    def on_b(inst):
+        _set_timers(inst, [(k, 200) for k in keys[:5]] + [(k, 100) for k in keys[:5]])
+        _set_timers(inst, [(k, 100) for k in keys[5:10]], delete=True)
+        _fire(inst, 50, fired_by_b)
+
+    a = job.epoch("A", {}, work=on_a)[0]
+    job.epoch("B", {}, notes=notes if noted else None, work=on_b)
+    if noted:
+        job.wait_for_next_task("A", notes)
+    again, read, _ = job.epoch("A", {}, work=lambda inst: _fire(inst, 1_000, fired_by_a))
+    assert again is a and (read == 0) == noted
+    assert sorted(fired_by_b) == [(50, k) for k in keys[10:15]]
+    assert sorted(fired_by_a) == sorted([(100, k) for k in keys[:5] + keys[10:]] + [(200, k) for k in keys[:5]])
 
 
 def test_no_note_is_left_for_an_epoch_after_a_rescale_whose_changes_are_only_in_full_snapshots(tmp_path):

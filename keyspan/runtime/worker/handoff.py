@@ -19,7 +19,7 @@ import time
 
 from keyspan.checkpoint.handles import DELTA
 from keyspan.common.logs import get_logger
-from keyspan.runtime.worker import instances, state_io
+from keyspan.runtime.worker import instances
 
 # A worker looks for notes every 5 ms for a second after its task (the first look after 5 ms, so the
 # task's own ending goes first), then every 100 ms up to 30 s, unless its next task comes first.
@@ -133,9 +133,9 @@ def apply_note(cache_key: tuple, note: dict, ctx) -> None:
         if instances.catch_up(inst, ctx) is None:
             instances._INSTANCES[cache_key] = inst
             return
-        state_io.apply_keyed(inst.backend, note["deltas"], inst.key_groups, ctx.storage)
+        instances.apply_deltas(inst, note["deltas"], ctx.storage)
         inst.ahead = (note["epoch"], note["token"])
-        inst.timers.rebuild()
+        inst.timers.build_queues()
     except Exception:  # the next task rebuilds the instance from the checkpoint, and reports any error there
         _log.debug("could not apply epoch %s of %s ahead of time", note.get("epoch"), cache_key, exc_info=True)
         instances.close(inst)

@@ -28,6 +28,7 @@ from keyspan.runtime.worker import state_io
 from keyspan.runtime.worker.contexts import InitializationContext, TaskRuntimeContext
 from keyspan.runtime.worker.timers import TimerService
 from keyspan.state import operator as operator_state
+from keyspan.state.api import TIMER_STATE
 from keyspan.state.keygroups import compute_key_group_range_for_operator_index
 
 IDLE_INSTANCE_SECONDS = 120
@@ -198,9 +199,16 @@ def catch_up(inst: OperatorInstance, ctx) -> int | None:
     deltas = catch_up_order(_keyed_handles(ctx, inst.op.uid), inst.key_groups, inst.version)
     if deltas is None:
         return None
-    read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, ctx.storage)
-    inst.timers.invalidate()
+    read = apply_deltas(inst, deltas, ctx.storage)
     inst.version = committed
+    return read
+
+
+def apply_deltas(inst: OperatorInstance, deltas: list, storage) -> int:
+    """Apply other attempts' deltas to a cached instance, its timer queues kept in step; the bytes read."""
+    timer_keys = {TIMER_STATE: []}
+    read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, storage, timer_keys)
+    inst.timers.requeue(timer_keys[TIMER_STATE])
     return read
 
 

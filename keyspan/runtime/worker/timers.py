@@ -15,6 +15,12 @@ from keyspan.datastream import timerservice
 from keyspan.common.clock import LONG_MIN, wall_clock_ms
 from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE, MapStateDescriptor  # noqa: F401
 
+# A deleted or re-queued timer leaves its old queue entry behind until its time comes. After as many
+# new entries as the queues were built with (plus this many), they are rebuilt from the timer state:
+# the stale entries stay fewer than the timers (plus this), and each rebuild's cost is paid for by
+# the entries queued since the last one.
+QUEUE_SLACK = 10_000
+
 class TimerService(timerservice.TimerService):
     """PyFlink's ``TimerService`` for one keyed operator instance (``ctx.timer_service()``)."""
 
@@ -22,6 +28,7 @@ class TimerService(timerservice.TimerService):
         self._backend = backend
         self._state = None
         self._queues: tuple[DueQueue, DueQueue] | None = None
+        self._entries_until_rebuild = 0
         self.watermark = LONG_MIN
 
     # -- the user's view --------------------------------------------------------------------------
@@ -53,11 +60,28 @@ class TimerService(timerservice.TimerService):
         """The state changed under the queues (restore, rollback): rebuild them before next use."""
         self._queues = None
 
-    def rebuild(self) -> None:
-        """Rebuild the queues now, while the worker waits for its next task, rather than at first use."""
-        self._queues = None
+    def build_queues(self) -> None:
+        """Build the queues now, while the worker waits for its next task, rather than at first use."""
         if self.active:
             self._ensure_queues()
+
+    def requeue(self, keys) -> None:
+        """Restored deltas set the timers of ``keys`` ((key group, key) pairs): queue those keys' timers
+        instead of rebuilding the queues from every timer. A timer queued already is then queued
+        twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
+        if self._queues is None:
+            return
+        b = self._backend
+        state = self._timer_state()
+        queues = self._queues
+        queued = 0
+        for kg, key in keys:
+            b.current_key_group = kg
+            b.current_key = key
+            for domain, timestamp in state.keys():
+                queues[domain].push(timestamp, kg, key)
+                queued += 1
+        self._queued(queued)
 
     def pop_due(self, domain: int, limit: int):
         """The next timer of ``domain`` with timestamp <= ``limit``, removed from state, with the
@@ -98,6 +122,7 @@ class TimerService(timerservice.TimerService):
         if self._queues is not None:
             b = self._backend
             self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
+            self._queued(1)
 
     def _delete(self, domain: int, timestamp) -> None:
         timestamp = _check_timestamp(timestamp)
@@ -105,13 +130,21 @@ class TimerService(timerservice.TimerService):
         if state.contains((domain, timestamp)):
             state.remove((domain, timestamp))
 
+    def _queued(self, entries: int) -> None:
+        self._entries_until_rebuild -= entries
+        if self._entries_until_rebuild < 0:
+            self._queues = None  # rebuilt at next use, without the stale entries
+
     def _ensure_queues(self) -> tuple[DueQueue, DueQueue]:
         if self._queues is None:
             queues = (DueQueue(), DueQueue())
             self._timer_state()  # registered first, so restored timers are in their registered form
+            timers = 0
             for kg, key, (domain, timestamp) in self._backend.map_keys_of(TIMER_STATE):
                 queues[domain].push(timestamp, kg, key)
+                timers += 1
             self._queues = queues
+            self._entries_until_rebuild = timers + QUEUE_SLACK
         return self._queues
 
 
