@@ -150,6 +150,37 @@ def test_a_worker_frees_a_run_the_driver_ended_at_the_next_run_s_first_task(tmp_
     assert cached_runs() == {other.run_id, second.run_id}  # the ended run is gone, the other one idles on
 
 
+class Payload:
+    """A state value the test can watch being freed (a weak reference to it dies)."""
+
+
+def test_a_dropped_instance_s_state_is_freed_at_once_not_by_a_later_full_collection(tmp_path):
+    """A backend and its state objects refer to each other, and a worker's objects stay frozen between
+    tasks (``keyspan.common.garbage``), so the cyclic collector would free a dropped instance's state
+    only tasks later. Dropping it frees its state at once."""
+    import gc
+    import weakref
+
+    job = Job(tmp_path / "ended", HashMapStateBackend(), max_chain=4)
+    later = Job(tmp_path / "later", HashMapStateBackend(), max_chain=4)
+    later.workers = job.workers
+    watched = []
+
+    def keep_a_payload(inst):
+        inst.backend.set_current_key("a", assign_to_key_group("a", MAX_PARALLELISM))
+        payload = Payload()
+        inst.runtime_context.get_state(ValueStateDescriptor("payload")).update(payload)
+        watched.append(weakref.ref(payload))
+
+    job.epoch("A", {"a": 1}, work=keep_a_payload)
+    gc.disable()
+    try:
+        later.epoch("A", {"b": 1}, ended_runs=[job.run_id])
+        assert watched[0]() is None
+    finally:
+        gc.enable()
+
+
 def _written(handles, kind):
     return [h for h in handles if h["kind"] == kind]
 

@@ -49,10 +49,11 @@ def _overrides_on_timer(function) -> bool:
 
 
 def close(inst) -> None:
-    """Release what an instance no longer cached holds (a RocksDB backend's files)."""
-    close_backend = getattr(inst.backend, "close", None)
-    if close_backend is not None:
-        close_backend()
+    """Release what an instance no longer cached holds, at once: its state (a RocksDB backend's files)
+    and timer queues."""
+    if inst.backend is not None:
+        inst.backend.close()
+        inst.timers.invalidate()
 
 
 def _drop(dropped) -> None:
@@ -164,6 +165,7 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
         inst.settle(ctx)
         caught_up = catch_up(inst, ctx)
         if caught_up is None:
+            close(inst)
             inst = None
         else:
             restored += caught_up

@@ -430,14 +430,20 @@ class StageTask(OperatorChain):
             for h in staged if isinstance(staged, list) else [staged] if staged else []:
                 h["sink"] = self.plan.ops[index].uid
                 sinks.append(h)
+        to_driver = 0
         for sink_index, records in self.driver_buffers.items():
             for i in range(0, len(records), FLUSH_RECORDS):
                 self._row(DRIVER_EXIT, self.subtask, None, serde.dumps((sink_index, packed_rows(records[i:i + FLUSH_RECORDS]))))
+            to_driver += len(records)
+            # emptied, not dropped: the chain's sink closure holds the list, in a reference cycle with the
+            # task that only a full collection frees, and the worker's objects are frozen between tasks
+            # (``garbage``), so the records would stay in memory for several tasks
+            records.clear()
         self._flush_exits()
         control = serde.dumps(TaskReport(
             stage=self.plan.stage_id, subtask=self.subtask, token=self.token, attempt=self.attempt,
             handles=handles, tokens=tokens, sinks=sinks, records=self.records_in,
-            records_out=self.records_out + sum(map(len, self.driver_buffers.values())),
+            records_out=self.records_out + to_driver,
             restored_bytes=self.restored_bytes, upstream=self.upstream,
             states={inst.op.uid: inst.backend.describe_states() for inst in self.instances
                     if inst.backend is not None},
