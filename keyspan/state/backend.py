@@ -159,19 +159,19 @@ class KeyedStateBackend(ABC):
             kg: serde.dumps_state(section, operator=self.operator, key_group=kg) for kg, section in sections.items()
         }
 
-    def restore_payload(self, key_group: int, payload: bytes, put_keys: dict | None = None) -> None:
-        self.apply_section(key_group, note_put_keys(serde.loads(payload), key_group, put_keys))
+    def restore_payload(self, key_group: int, payload: bytes, watched: dict | None = None) -> None:
+        self.apply_section(key_group, note_puts(serde.loads(payload), key_group, watched))
 
 
-def note_put_keys(section: dict, key_group: int, put_keys: dict | None) -> dict:
-    """Add to ``put_keys`` (state name → list) the (key group, key) of every key ``section`` sets in
-    that state, before a backend applies (and may consume) it: what a catch-up changed, so the
-    timer queues take in those keys instead of being rebuilt from every timer."""
-    if put_keys:
-        for name, keys in put_keys.items():
+def note_puts(section: dict, key_group: int, watched: dict | None) -> dict:
+    """Add to ``watched`` (state name → list) a (key group, key, value) for every key ``section`` sets
+    in that state, before a backend applies (and may consume) it: a catch-up queues the timers of the
+    keys it changed from these, instead of rebuilding the queues from every timer."""
+    if watched:
+        for name, puts in watched.items():
             entry = section.get(name)
             if entry is not None:
-                keys.extend((key_group, key) for key in entry[0])
+                puts.extend((key_group, key, value) for key, value in entry[0].items())
     return section
 
 

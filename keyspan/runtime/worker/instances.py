@@ -208,9 +208,9 @@ def catch_up(inst: OperatorInstance, ctx) -> int | None:
 
 def apply_deltas(inst: OperatorInstance, deltas: list, storage) -> int:
     """Apply other attempts' deltas to a cached instance, its timer queues kept in step; the bytes read."""
-    timer_keys = {TIMER_STATE: []}
-    read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, storage, timer_keys)
-    inst.timers.requeue(timer_keys[TIMER_STATE])
+    timer_puts = {TIMER_STATE: []}
+    read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, storage, timer_puts)
+    inst.timers.requeue(timer_puts[TIMER_STATE])
     return read
 
 

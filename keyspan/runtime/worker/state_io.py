@@ -17,14 +17,14 @@ def restore_keyed(backend, handles: list[StateHandle], key_groups: range, storag
     return apply_keyed(backend, restore_order(handles, key_groups), key_groups, storage)
 
 
-def apply_keyed(backend, files: list[StateHandle], key_groups: range, storage, put_keys: dict | None = None) -> int:
+def apply_keyed(backend, files: list[StateHandle], key_groups: range, storage, watched: dict | None = None) -> int:
     """Apply ``files`` (a restore's or a catch-up's, in their order) to ``backend``, one key group at
-    a time; returns the bytes read. ``put_keys``: see ``KeyedStateBackend.restore_payload``."""
+    a time; returns the bytes read. ``watched``: see ``keyspan.state.backend.note_puts``."""
     stats = statefile.ReadStats()
     for h in files:
         try:
             for kg, payload in statefile.read_key_groups(storage, h["path"], key_groups, stats):
-                backend.restore_payload(kg, payload, put_keys)
+                backend.restore_payload(kg, payload, watched)
                 del payload  # not held while the next key group is read
         except statefile.CorruptStateFile:
             raise

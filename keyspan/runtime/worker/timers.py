@@ -65,22 +65,18 @@ class TimerService(timerservice.TimerService):
         if self.active:
             self._ensure_queues()
 
-    def requeue(self, keys) -> None:
-        """Restored deltas set the timers of ``keys`` ((key group, key) pairs): queue those keys' timers
-        instead of rebuilding the queues from every timer. A timer queued already is then queued
-        twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
+    def requeue(self, puts) -> None:
+        """Restored deltas set the timers of some keys, ``puts``: (key group, key, its timers) triples.
+        Queue those timers instead of rebuilding the queues from every timer. A timer queued already
+        is then queued twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
         if self._queues is None:
             return
-        b = self._backend
-        state = self._timer_state()
         queues = self._queues
         queued = 0
-        for kg, key in keys:
-            b.current_key_group = kg
-            b.current_key = key
-            for domain, timestamp in state.keys():
+        for kg, key, timers in puts:
+            for domain, timestamp in timers:
                 queues[domain].push(timestamp, kg, key)
-                queued += 1
+            queued += len(timers)
         self._queued(queued)
 
     def pop_due(self, domain: int, limit: int):

@@ -11,7 +11,7 @@ import pickle
 from itertools import repeat
 
 from keyspan.io import serde
-from keyspan.state.backend import LazySections, note_put_keys
+from keyspan.state.backend import LazySections, note_puts
 from keyspan.state.rocksdb.layout import (
     _I64,
     _TTL_TAG,
@@ -282,10 +282,10 @@ class Snapshots:
 
         return produce, None if horizons else nonempty
 
-    def restore_payload(self, key_group: int, payload: bytes, put_keys: dict | None = None) -> None:
+    def restore_payload(self, key_group: int, payload: bytes, watched: dict | None = None) -> None:
         """Restore an encoded section, handing each value to RocksDB and dropping it from the decoded
         section as it goes, so memory holds the payload, what is left of the section and one batch."""
-        self.apply_section(key_group, note_put_keys(serde.loads(payload), key_group, put_keys), _consume=True)
+        self.apply_section(key_group, note_puts(serde.loads(payload), key_group, watched), _consume=True)
 
     def apply_section(self, key_group: int, section: dict, _consume: bool = False) -> None:
         """Restore a section. A registered state gets its values in its own form (plain values
