@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.baselines import make_spark  # noqa: E402
 from bench.running_sum import RunningSum  # noqa: E402
-from keyspan.datastream.state import ValueStateDescriptor  # noqa: E402
 from keyspan.checkpoint.metadata import MetadataStore  # noqa: E402
 from keyspan.datastream import StreamExecutionEnvironment  # noqa: E402
 from keyspan.datastream.connectors.file_system import DiscardingSink  # noqa: E402
+from keyspan.datastream.state import ValueStateDescriptor  # noqa: E402
 from keyspan.runtime import options  # noqa: E402
 
 LOAD_FILE = 100_000
@@ -81,7 +81,8 @@ def run(spark, directory: str, workdir: str, job: str, epochs: int, timers: bool
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     events = spark.readStream.schema("key long, value long").option("maxFilesPerTrigger", 1).parquet(directory)
-    env.from_spark(events, bounded=True).key_by(lambda r: r.key).process(RunningSumWithTimeout() if timers else RunningSum()).uid("sum") \
+    function = RunningSumWithTimeout() if timers else RunningSum()
+    env.from_spark(events, bounded=True).key_by(lambda r: r.key).process(function).uid("sum") \
         .sink_to(DiscardingSink())
     env.execute(job)
     checkpoints = MetadataStore(options.current().metadata()).list_checkpoints(job)

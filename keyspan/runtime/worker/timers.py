@@ -21,6 +21,7 @@ from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE, MapState
 # the entries queued since the last one.
 QUEUE_SLACK = 10_000
 
+
 class TimerService(timerservice.TimerService):
     """PyFlink's ``TimerService`` for one keyed operator instance (``ctx.timer_service()``)."""
 
