@@ -143,6 +143,10 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def rollback(self) -> None: ...
 
+    @abstractmethod
+    def close(self) -> None:
+        """Free the state at once (files, memory): the backend of an instance no longer cached."""
+
     def delta_sections(self) -> Mapping[int, bytes]:
         """Key group → encoded delta section. The heap backend's is a dict; RocksDB's is a
         ``LazySections`` that encodes one key group at a time as it is read."""
