@@ -35,7 +35,7 @@ from keyspan.datastream.functions import (
     WindowFunction,
 )
 from keyspan.datastream.output_tag import OutputTag
-from keyspan.datastream.state import ReducingStateDescriptor, ValueStateDescriptor
+from keyspan.datastream.state import MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from keyspan.datastream.window import (
     MAX_LONG_VALUE,
     MIN_LONG_VALUE,
@@ -64,7 +64,11 @@ from keyspan.datastream.window import (
 )
 from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream, count_window
 from keyspan.runtime.operators.window import WindowOperator
+from keyspan.runtime.worker.timers import TimerService
+from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE
 from keyspan.state.heap import HeapKeyedStateBackend
+from keyspan.state.internal import namespaced
+from keyspan.state_processor import KeyedStateBootstrapFunction, OperatorTransformation, SavepointWriter
 
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
 
@@ -231,27 +235,15 @@ class _RuntimeContext:
         return None
 
 
-class _TimerService:
-    def __init__(self, harness):
-        self._h = harness
+class _TimerService(TimerService):
+    """The runtime's timer service over the harness's backend, with the harness's clock."""
 
-    def current_watermark(self):
-        return self._h.watermark
+    def __init__(self, harness):
+        super().__init__(harness.backend)
+        self._h = harness
 
     def current_processing_time(self):
         return self._h.now
-
-    def register_event_time_timer(self, ts):
-        self._h.timers[TimeDomain.EVENT_TIME].add((ts, self._h.key))
-
-    def register_processing_time_timer(self, ts):
-        self._h.timers[TimeDomain.PROCESSING_TIME].add((ts, self._h.key))
-
-    def delete_event_time_timer(self, ts):
-        self._h.timers[TimeDomain.EVENT_TIME].discard((ts, self._h.key))
-
-    def delete_processing_time_timer(self, ts):
-        self._h.timers[TimeDomain.PROCESSING_TIME].discard((ts, self._h.key))
 
 
 class _Context:
@@ -296,19 +288,15 @@ class Harness:
         self.template = operator
         self.operator = cloudpickle.loads(cloudpickle.dumps(operator))  # as shipped to a worker
         self.backend = HeapKeyedStateBackend("window", range(0, 1))
-        self.timers = {TimeDomain.EVENT_TIME: set(), TimeDomain.PROCESSING_TIME: set()}
-        self.watermark = MIN_LONG_VALUE
         self.now = 0
         self.key = None
         self.timer_service = _TimerService(self)
         self.output = []  # (value, emitted during: "element" | timestamp of the timer)
         self.side = defaultdict(list)
-        self.runtime_timer_calls = 0
         if snapshot is not None:
-            payloads, timers, self.watermark, self.now = snapshot
+            payloads, self.timer_service.watermark, self.now = snapshot
             for kg, payload in payloads.items():
                 self.backend.restore_payload(kg, payload)
-            self.timers = {d: set(t) for d, t in timers.items()}
         self.operator.open(_RuntimeContext(self.backend))
 
     def _collect(self, results, when):
@@ -328,18 +316,17 @@ class Harness:
             self.element(key, value, ts)
 
     def _fire(self, domain, until):
-        while True:
-            due = sorted(t for t in self.timers[domain] if t[0] <= until)
-            if not due:
-                return
-            ts, key = due[0]
-            self.timers[domain].discard((ts, key))
-            self.key = key
-            self.backend.set_current_key(key, 0)
+        runtime_domain = EVENT_TIME if domain is TimeDomain.EVENT_TIME else PROCESSING_TIME
+        while (ts := self.timer_service.pop_due(runtime_domain, until)) is not None:
+            self.key = self.backend.current_key
             self._collect(list(self.operator.on_timer(ts, _Context(self, ts, domain))), ts)
 
+    @property
+    def watermark(self):
+        return self.timer_service.watermark
+
     def advance_watermark(self, watermark):
-        self.watermark = watermark
+        self.timer_service.watermark = watermark
         self._fire(TimeDomain.EVENT_TIME, watermark)
 
     def advance_processing_time(self, now):
@@ -355,8 +342,20 @@ class Harness:
 
     def snapshot(self):
         self.backend.confirm()
-        return ({kg: payload for kg, payload in self.backend.full_sections().items()},
-                {d: set(t) for d, t in self.timers.items()}, self.watermark, self.now)
+        return ({kg: payload for kg, payload in self.backend.full_sections().items()}, self.watermark, self.now)
+
+    def rollback(self):
+        self.backend.rollback()
+        self.timer_service.invalidate()  # as the runtime does: the queues are rebuilt from the state
+
+    def pending_timers(self, domain=EVENT_TIME):
+        """(timestamp, key, the timer's windows) of each pending timer of ``domain``, from the timer state."""
+        pending = []
+        for kg, key, (d, ts) in list(self.backend.map_keys_of(TIMER_STATE)):
+            if d == domain:
+                self.backend.set_current_key(key, kg)
+                pending.append((ts, key, self.timer_service.timer_namespaces(d, ts)))
+        return sorted(pending)
 
     def state_entries(self):
         """State name -> number of entries (map state: entries of all keys' maps)."""
@@ -408,8 +407,7 @@ def test_tumbling_event_time_reduce_fires_when_the_watermark_passes_the_window()
     assert sorted(h.take()) == [(("a", 3), 9), (("b", 5), 9)]
     h.advance_watermark(MAX_LONG_VALUE)
     assert h.take() == [(("a", 4), 19)]
-    assert not any(h.state_entries().values())  # contents, the windows' timers and the timers themselves
-    assert all(not t for t in h.timers.values())
+    assert not any(h.state_entries().values())  # the panes and the timers with their windows
 
 
 def test_a_trigger_timer_still_pending_at_cleanup_is_deleted_with_the_window():
@@ -468,7 +466,8 @@ def test_the_operator_registers_one_runtime_timer_per_key_and_timestamp():
     h = Harness(windowed(SlidingEventTimeWindows.of(10, 5)).reduce(_sum_values))
     h.elements([("a", ("a", 1), 1), ("a", ("a", 1), 2), ("a", ("a", 1), 7)])
     # windows [-5, 5) [0, 10) [5, 15): trigger and cleanup timers share max timestamps 4, 9, 14
-    assert sorted(h.timers[TimeDomain.EVENT_TIME]) == [(4, "a"), (9, "a"), (14, "a")]
+    assert h.pending_timers() == [(4, "a", (TimeWindow(-5, 5),)), (9, "a", (TimeWindow(0, 10),)),
+                                  (14, "a", (TimeWindow(5, 15),))]
     h.advance_watermark(MAX_LONG_VALUE)
     assert h.take() == [(("a", 2), 4), (("a", 3), 9), (("a", 1), 14)]
 
@@ -567,7 +566,7 @@ def test_session_windows_merge_and_fire_once():
     h.advance_watermark(MAX_LONG_VALUE)
     assert h.values() == [("a", TimeWindow(0, 40), [1, 2, 3, 4, 5])]
     assert h.state_entries().get("merging-window-set", 0) == 0
-    assert all(not t for t in h.timers.values())
+    assert h.pending_timers(EVENT_TIME) == h.pending_timers(PROCESSING_TIME) == []
 
 
 def reference_sessions(records, gap):
@@ -620,11 +619,9 @@ def test_rolled_back_epoch_replays_to_the_same_result():
     h = Harness(windowed(EventTimeSessionWindows.with_gap(10)).aggregate(SumAggregate()))
     h.elements([("a", ("a", 1), 0), ("a", ("a", 2), 20)])
     h.backend.confirm()
-    timers = {d: set(t) for d, t in h.timers.items()}
     for _ in range(2):
         h.elements([("a", ("a", 4), 10)])  # bridges [0, 10) and [20, 30): their accumulators merge
-        h.backend.rollback()
-        h.timers = {d: set(t) for d, t in timers.items()}
+        h.rollback()
     h.elements([("a", ("a", 4), 10)])
     h.advance_watermark(MAX_LONG_VALUE)
     assert h.values() == [(7, 3)]
@@ -669,7 +666,7 @@ def test_continuous_event_time_trigger_fires_every_interval_and_at_the_end():
     assert h.take() == [(("a", 3), 60)]
     h.advance_watermark(MAX_LONG_VALUE)  # 90 and the window end 99
     assert h.take() == [(("a", 3), 90), (("a", 3), 99)]
-    assert all(not t for t in h.timers.values())
+    assert h.pending_timers(EVENT_TIME) == h.pending_timers(PROCESSING_TIME) == []
 
 
 def test_processing_time_windows_fire_when_the_clock_passes_their_end():
@@ -1161,3 +1158,43 @@ def test_sessions_continue_across_a_savepoint_restore_at_another_parallelism(wor
     _build_sessions(env, out, data, 3)
     env.execute("sessions")
     assert _lines(out) == reference
+
+
+class SavedBeforeTimersHeldWindows(KeyedStateBootstrapFunction):
+    """A tumbling 100 ms reduce's state as keyspan saved it before timers held their windows: the panes,
+    the map state ``window-event-timers`` (timestamp → windows) and a plain timer at each window's end."""
+
+    def open(self, runtime_context):
+        self.contents = runtime_context.get_state(namespaced(ReducingStateDescriptor("window-contents", _sum3)))
+        self.timer_windows = runtime_context.get_map_state(MapStateDescriptor("window-event-timers"))
+
+    def process_element(self, row, ctx):
+        window = TimeWindow(row.ts - row.ts % 100, row.ts - row.ts % 100 + 100)
+        self.contents.set_current_namespace(window)
+        self.contents.add((row.key, row.ts, row.value))
+        end = window.max_timestamp()
+        self.timer_windows.put(end, (*(self.timer_windows.get(end) or ()), window))
+        ctx.timer_service().register_event_time_timer(end)
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_windows_saved_before_timers_held_them_fire_once_with_their_saved_contents(spark, workdir, backend,
+                                                                                   monkeypatch):
+    """A savepoint in the earlier layout: a saved window that gets more records (its timer moves over when
+    the window registers it again), one that gets none (it moves over when it fires), and new windows."""
+    monkeypatch.setenv("KEYSPAN_SAVEPOINT_KEY", "window-tests")  # the job's workdir is not the writer's
+    saved = spark.createDataFrame([("a", 10, 5), ("a", 20, 3), ("b", 110, 7)], "key string, ts long, value long")
+    path = SavepointWriter.new_savepoint(spark, max_parallelism=128).with_operator(
+        "windows", OperatorTransformation.bootstrap_with(saved).key_by(lambda row: row.key)
+        .transform(SavedBeforeTimersHeldWindows())).write(str(workdir / "earlier-layout"))
+    use_options(savepoint_path=path)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    if backend == "rocksdb":
+        env.set_state_backend(EmbeddedRocksDBStateBackend())
+    data = [("a", 50, 1), ("b", 250, 2), ("a", 150, 4)]
+    out = with_timestamps(env, data, 1000).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(100))).reduce(_sum3).uid("windows") \
+        .process(Stamped("windows"))
+    assert sorted((value, ts) for _, value, ts in out.execute_and_collect()) == [
+        (("a", 50, 9), 99), (("a", 150, 4), 199), (("b", 110, 7), 199), (("b", 250, 2), 299)]

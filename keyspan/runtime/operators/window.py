@@ -7,10 +7,11 @@ the window as namespace, each laid out as a map from window to value:
 
 * ``window-contents`` — the panes: the reduced value (``reduce``), the accumulator (``aggregate``)
   or the list of elements (``process``/``apply``);
-* ``window-event-timers`` / ``window-processing-timers`` — map state, timestamp → the windows that
-  registered a timer at that timestamp. The runtime's timers carry no namespace (window), so the
-  operator registers one runtime timer per (key, timestamp) and maps it back to its windows; a runtime
-  timer is deleted only when no window needs it any more;
+* timers — the runtime's timers, as in Flink's internal timer service, carry their windows: one
+  timer per (key, domain, timestamp) holds the windows that registered it, and is deleted only when
+  no window needs it any more. Savepoints taken before timers held windows kept them in map states
+  ``window-event-timers`` / ``window-processing-timers`` (timestamp → windows) beside plain timers;
+  the operator moves a timer's windows over the first time it touches that timer;
 * ``merging-window-set`` — map state, window → state window, for merging (session) assigners, as
   Flink's ``MergingWindowSet``: a session's contents stay under the window it started as, however
   often it merges;
@@ -50,7 +51,7 @@ from keyspan.datastream.window import (
     WindowOperationDescriptor,
     _CountAssigner,
 )
-from keyspan.state.api import ListState, MapState, MapStateDescriptor, MergingState
+from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, ListState, MapState, MapStateDescriptor, MergingState
 from keyspan.state.internal import namespaced
 
 _EVENT_TIME = TimeDomain.EVENT_TIME  # an enum member read per firing: a plain name is cheaper than its attribute
@@ -316,10 +317,7 @@ class WindowOperator(KeyedProcessFunction):
         self._runtime_context = runtime_context
         self._contents = runtime_context.get_state(namespaced(self._descriptor.window_state_descriptor))
         self._contents_are_list = isinstance(self._contents, ListState)
-        self._timers = {
-            True: runtime_context.get_map_state(MapStateDescriptor("window-event-timers")),
-            False: runtime_context.get_map_state(MapStateDescriptor("window-processing-timers")),
-        }
+        self._saved_timer_windows = {}  # domain → the map state that held timers' windows before timers did
         self._merging_state = (runtime_context.get_map_state(MapStateDescriptor("merging-window-set"))
                                if self._merging else None)
         self._trigger_states = _PerWindowStates(runtime_context, "window-trigger-")
@@ -346,32 +344,38 @@ class WindowOperator(KeyedProcessFunction):
         return pane if pane or not self._contents_are_list else None
 
     # timers: many windows share one runtime timer per (key, timestamp, domain) ----------------
-    def _register_timer(self, event_time: bool, time: int, window) -> None:
-        timers = self._timers[event_time]
-        windows = timers.get(time)
+    def _timer_windows(self, domain: int, time: int):
+        """The windows of the current key's timer at ``time``, or None without such a timer."""
+        windows = self._timer_service.timer_namespaces(domain, time)
+        return self._saved_windows(domain, time) if windows is True else windows
+
+    def _saved_windows(self, domain: int, time: int) -> tuple:
+        """A timer restored from a savepoint taken before timers held their windows: its windows, taken
+        out of the map state they were kept in then."""
+        saved = self._saved_timer_windows.get(domain)
+        if saved is None:
+            name = "window-event-timers" if domain == EVENT_TIME else "window-processing-timers"
+            saved = self._saved_timer_windows[domain] = self._runtime_context.get_map_state(MapStateDescriptor(name))
+        windows = saved.get(time)
         if windows is None:
-            timers.put(time, (window,))
-            if event_time:
-                self._timer_service.register_event_time_timer(time)
-            else:
-                self._timer_service.register_processing_time_timer(time)
+            return ()
+        saved.remove(time)
+        return windows
+
+    def _register_timer(self, event_time: bool, time: int, window) -> None:
+        domain = EVENT_TIME if event_time else PROCESSING_TIME
+        windows = self._timer_windows(domain, time)
+        if windows is None:
+            self._timer_service.set_timer_namespaces(domain, time, (window,))
         elif window not in windows:
-            timers.put(time, (*windows, window))
+            self._timer_service.set_timer_namespaces(domain, time, (*windows, window))
 
     def _delete_timer(self, event_time: bool, time: int, window) -> None:
-        timers = self._timers[event_time]
-        windows = timers.get(time)
+        domain = EVENT_TIME if event_time else PROCESSING_TIME
+        windows = self._timer_windows(domain, time)
         if windows is None or window not in windows:
             return
-        rest = tuple(w for w in windows if w != window)
-        if rest:
-            timers.put(time, rest)
-            return
-        timers.remove(time)
-        if event_time:
-            self._timer_service.delete_event_time_timer(time)
-        else:
-            self._timer_service.delete_processing_time_timer(time)
+        self._timer_service.set_timer_namespaces(domain, time, tuple(w for w in windows if w != window))
 
     def _shared_window(self, start: int) -> TimeWindow:
         """The one TimeWindow object of a fixed-size assigner's window at ``start``, for every key and
@@ -522,11 +526,9 @@ class WindowOperator(KeyedProcessFunction):
         self._timer_service = ctx.timer_service()
         self._key = ctx.get_current_key()
         event_time = ctx.time_domain() is _EVENT_TIME
-        timers = self._timers[event_time]
-        windows = timers.get(timestamp)
-        if windows is None:
-            return
-        timers.remove(timestamp)
+        windows = self._timer_service.fired_namespaces
+        if windows is True:
+            windows = self._saved_windows(EVENT_TIME if event_time else PROCESSING_TIME, timestamp)
         for window in windows:
             yield from self._on_window_timer(window, timestamp, event_time, ctx)
 

@@ -1,10 +1,14 @@
 """Timers of a keyed operator: keyed state, so they are checkpointed, restored and rescaled with their
 key group like any other state.
 
-Each key's pending timers live in the internal map state ``__ks_timers`` ({(domain, timestamp): True}),
-which de-duplicates per (key, domain, timestamp). A queue per domain orders them for firing; it lives
-only in the worker and is rebuilt from the state whenever the state was restored or rolled back, so
-it can never disagree with what a checkpoint holds.
+Each key's pending timers live in the internal map state ``__ks_timers`` ({(domain, timestamp): True,
+or the timer's namespaces}), which de-duplicates per (key, domain, timestamp). A queue per domain
+orders them for firing; it lives only in the worker and is rebuilt from the state whenever the state
+was restored or rolled back, so it can never disagree with what a checkpoint holds.
+
+A user's timers carry no namespace (``True``). The window operator's do, as in Flink's internal timer
+service: one timer per (key, domain, timestamp) holds the windows that registered it, so a window's
+timer costs one state entry, not a second map from timestamp to windows beside it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class TimerService(timerservice.TimerService):
         self._queues: tuple[DueQueue, DueQueue] | None = None
         self._entries_until_rebuild = 0
         self.watermark = LONG_MIN
+        self.fired_namespaces = None  # the namespaces of the timer ``pop_due`` returned last
 
     # -- the user's view --------------------------------------------------------------------------
     def current_processing_time(self) -> int:
@@ -80,9 +85,28 @@ class TimerService(timerservice.TimerService):
             queued += len(timers)
         self._queued(queued)
 
+    def timer_namespaces(self, domain: int, timestamp: int):
+        """The namespaces of the current key's timer at (``domain``, ``timestamp``): a tuple, True for a
+        timer registered without any, or None when there is no such timer."""
+        return self._timer_state().get((domain, timestamp))
+
+    def set_timer_namespaces(self, domain: int, timestamp: int, namespaces: tuple) -> None:
+        """Make the current key's timer at (``domain``, ``timestamp``) hold ``namespaces``: registered
+        if new, deleted if ``namespaces`` is empty."""
+        timestamp = _check_timestamp(timestamp)
+        state = self._timer_state()
+        entry = (domain, timestamp)
+        if not namespaces:
+            state.remove(entry)
+            return
+        new = not state.contains(entry)
+        state.put(entry, namespaces)
+        if new:
+            self._enqueue(domain, timestamp)
+
     def pop_due(self, domain: int, limit: int):
         """The next timer of ``domain`` with timestamp <= ``limit``, removed from state, with the
-        backend's current key set to its key; or None."""
+        backend's current key set to its key and its namespaces in ``fired_namespaces``; or None."""
         queue = self._ensure_queues()[domain]
         b = self._backend
         state = self._timer_state()
@@ -94,8 +118,10 @@ class TimerService(timerservice.TimerService):
             b.current_key_group = kg
             b.current_key = key
             entry = (domain, timestamp)
-            if state.contains(entry):  # else deleted, or fired already (a stale queue entry)
+            namespaces = state.get(entry)
+            if namespaces is not None:  # else deleted, or fired already (a stale queue entry)
                 state.remove(entry)
+                self.fired_namespaces = namespaces
                 return timestamp
 
     def next_processing_time(self) -> int | None:
@@ -116,6 +142,9 @@ class TimerService(timerservice.TimerService):
         if state.contains(entry):
             return
         state.put(entry, True)
+        self._enqueue(domain, timestamp)
+
+    def _enqueue(self, domain: int, timestamp: int) -> None:
         if self._queues is not None:
             b = self._backend
             self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
