@@ -551,6 +551,27 @@ def test_allowed_lateness_fires_late_and_cleans_up_afterwards():
     assert h.take() == [] and h.side["late"] == [("a", 8)]
 
 
+def test_a_timer_restored_without_its_windows_keeps_every_window_it_is_shared_by():
+    """State in the layout saved before timers held their windows, where window [0, 10)'s cleanup timer
+    and window [10, 20)'s end timer share timestamp 19. A record for [10, 20) registers its end timer
+    again; [0, 10) must still be cleaned up and [10, 20) still fire, from that one timer."""
+    h = Harness(windowed(TumblingEventTimeWindows.of(10)).allowed_lateness(Time.milliseconds(10)).reduce(_sum_values))
+    contents = h.backend.get_state(namespaced(ReducingStateDescriptor("window-contents", _sum_values)))
+    saved = h.backend.get_state(MapStateDescriptor("window-event-timers"))
+    first, second = TimeWindow(0, 10), TimeWindow(10, 20)
+    h.backend.set_current_key("a", 0)
+    for window, value in ((first, ("a", 1)), (second, ("a", 2))):
+        contents.set_current_namespace(window)
+        contents.add(value)
+    for at, windows in ((9, (first,)), (19, (first, second)), (29, (second,))):
+        saved.put(at, windows)
+        h.timer_service.register_event_time_timer(at)  # a plain timer, as saved then
+    h.element("a", ("a", 4), 15)
+    h.advance_watermark(MAX_LONG_VALUE)
+    assert h.take() == [(("a", 1), 9), (("a", 6), 19)]
+    assert not any(h.state_entries().values())
+
+
 def test_allowed_lateness_is_ignored_for_processing_time_and_rejects_negative_values():
     op = windowed(TumblingProcessingTimeWindows.of(10)).allowed_lateness(100).reduce(_sum_values)
     assert op._allowed_lateness == 0

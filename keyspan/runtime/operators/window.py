@@ -347,7 +347,11 @@ class WindowOperator(KeyedProcessFunction):
     def _timer_windows(self, domain: int, time: int):
         """The windows of the current key's timer at ``time``, or None without such a timer."""
         windows = self._timer_service.timer_namespaces(domain, time)
-        return self._saved_windows(domain, time) if windows is True else windows
+        if windows is True:  # restored from before timers held their windows: they move into the timer
+            windows = self._saved_windows(domain, time)
+            self._timer_service.set_timer_namespaces(domain, time, windows)
+            return windows or None
+        return windows
 
     def _saved_windows(self, domain: int, time: int) -> tuple:
         """A timer restored from a savepoint taken before timers held their windows: its windows, taken
