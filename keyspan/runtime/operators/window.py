@@ -192,6 +192,10 @@ class _InternalWindowFunction:
     def __init__(self, function, single: bool):
         self.function = function
         self.single = single
+        # the function's kind, told apart once: isinstance against these abstract classes costs a
+        # few microseconds, and a job fires one window per key and window
+        self.takes_context = isinstance(function, (ProcessWindowFunction, ProcessAllWindowFunction))
+        self.keyed = isinstance(function, (ProcessWindowFunction, WindowFunction))
 
     def open(self, runtime_context):
         if self.function is not None:
@@ -206,18 +210,13 @@ class _InternalWindowFunction:
         fn = self.function
         if fn is None:
             return inputs
-        if isinstance(fn, ProcessWindowFunction):
+        if self.takes_context:
             context._window = window
-            return fn.process(key, context, inputs)
-        if isinstance(fn, WindowFunction):
-            return fn.apply(key, window, inputs)
-        if isinstance(fn, ProcessAllWindowFunction):
-            context._window = window
-            return fn.process(context, inputs)
-        return fn.apply(window, inputs)  # AllWindowFunction
+            return fn.process(key, context, inputs) if self.keyed else fn.process(context, inputs)
+        return fn.apply(key, window, inputs) if self.keyed else fn.apply(window, inputs)  # AllWindowFunction
 
     def clear(self, window, context: _ProcessContext) -> None:
-        if isinstance(self.function, (ProcessWindowFunction, ProcessAllWindowFunction)):
+        if self.takes_context:
             context._window = window
             self.function.clear(context)
 
