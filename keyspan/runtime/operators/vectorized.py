@@ -32,7 +32,7 @@ from keyspan.datastream.window import (
     WindowOperationDescriptor,
 )
 from keyspan.runtime.operators.window import WindowOperator
-from keyspan.state.api import AggregatingStateDescriptor
+from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor
 
 __all__ = ["RollingAggregateOperator", "VectorizedWindowOperator", "vectorized"]
 
@@ -417,7 +417,7 @@ class VectorizedWindowOperator(WindowOperator):
             if contents.add_accumulator(accumulators[g]):
                 continue  # a pane the watermark has not passed: its first record registered its timers
             # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
-            register_timer(True, window.max_timestamp(), window)
+            register_timer(EVENT_TIME, window.max_timestamp(), window)
             if lateness:
                 self._register_cleanup_timer(window)
         return np.flatnonzero(special).tolist()

@@ -99,16 +99,16 @@ class _TriggerContext(Trigger.OnMergeContext):
         return self._op._timer_service.current_watermark()
 
     def register_processing_time_timer(self, time: int) -> None:
-        self._op._register_timer(False, time, self.window)
+        self._op._register_timer(PROCESSING_TIME, time, self.window)
 
     def register_event_time_timer(self, time: int) -> None:
-        self._op._register_timer(True, time, self.window)
+        self._op._register_timer(EVENT_TIME, time, self.window)
 
     def delete_processing_time_timer(self, time: int) -> None:
-        self._op._delete_timer(False, time, self.window)
+        self._op._delete_timer(PROCESSING_TIME, time, self.window)
 
     def delete_event_time_timer(self, time: int) -> None:
-        self._op._delete_timer(True, time, self.window)
+        self._op._delete_timer(EVENT_TIME, time, self.window)
 
     def get_partitioned_state(self, state_descriptor):
         state = self._op._trigger_states.get(state_descriptor)
@@ -293,6 +293,7 @@ class WindowOperator(KeyedProcessFunction):
         self._assigner = assigner
         self._trigger = trigger
         self._event_time = assigner.is_event_time()
+        self._domain = EVENT_TIME if self._event_time else PROCESSING_TIME  # of the cleanup timers
         self._allowed_lateness = descriptor.allowed_lateness if self._event_time else 0
         self._late_tag = descriptor.late_data_output_tag
         self._window_function = _InternalWindowFunction(descriptor.window_function, descriptor.single_value)
@@ -365,16 +366,14 @@ class WindowOperator(KeyedProcessFunction):
         saved.remove(time)
         return windows
 
-    def _register_timer(self, event_time: bool, time: int, window) -> None:
-        domain = EVENT_TIME if event_time else PROCESSING_TIME
+    def _register_timer(self, domain: int, time: int, window) -> None:
         windows = self._timer_windows(domain, time)
         if windows is None:
             self._timer_service.set_timer_namespaces(domain, time, (window,))
         elif window not in windows:
             self._timer_service.set_timer_namespaces(domain, time, (*windows, window))
 
-    def _delete_timer(self, event_time: bool, time: int, window) -> None:
-        domain = EVENT_TIME if event_time else PROCESSING_TIME
+    def _delete_timer(self, domain: int, time: int, window) -> None:
         windows = self._timer_windows(domain, time)
         if windows is None or window not in windows:
             return
@@ -404,13 +403,13 @@ class WindowOperator(KeyedProcessFunction):
         time = self._cleanup_time(window)
         if time == MAX_LONG_VALUE:
             return  # e.g. GlobalWindow and count windows: their state is kept until the trigger purges it
-        self._register_timer(self._event_time, time, window)
+        self._register_timer(self._domain, time, window)
 
     def _delete_cleanup_timer(self, window) -> None:
         time = self._cleanup_time(window)
         if time == MAX_LONG_VALUE:
             return
-        self._delete_timer(self._event_time, time, window)
+        self._delete_timer(self._domain, time, window)
 
     def _is_window_late(self, window) -> bool:
         return self._event_time and self._cleanup_time(window) <= self._timer_service.current_watermark()
