@@ -35,7 +35,7 @@ from keyspan.datastream.functions import (
     WindowFunction,
 )
 from keyspan.datastream.output_tag import OutputTag
-from keyspan.datastream.state import MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
+from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
 from keyspan.datastream.window import (
     MAX_LONG_VALUE,
     MIN_LONG_VALUE,
@@ -767,6 +767,37 @@ def test_process_window_function_window_state_global_state_and_clear():
         h = Harness(windowed(EventTimeSessionWindows.with_gap(10)).process(Firings()))
         h.element("a", ("a", 1), 1)
         h.advance_watermark(MAX_LONG_VALUE)
+
+
+def test_a_window_firing_at_its_end_without_lateness_runs_clear_after_process_and_leaves_no_state():
+    """The window's last timer (its end, no allowed lateness): process() sees the window's own state,
+    clear() runs after it and sees what process() left, and nothing of the window is left behind."""
+    seen_by_clear = ListStateDescriptor("seen-by-clear")
+
+    class Firings(ProcessWindowFunction):
+        def process(self, key, context, elements):
+            per_window = context.window_state().get_state(ValueStateDescriptor("firings"))
+            per_window.update((per_window.value() or 0) + 1)
+            yield key, context.window().start, sum(v for _, v in elements)
+
+        def clear(self, context):
+            per_window = context.window_state().get_state(ValueStateDescriptor("firings"))
+            context.global_state().get_list_state(seen_by_clear).add((context.window().start, per_window.value()))
+            per_window.clear()
+
+    h = Harness(windowed(TumblingEventTimeWindows.of(10)).process(Firings()))
+    h.elements([("a", ("a", 1), 1), ("a", ("a", 2), 5), ("b", ("b", 4), 7), ("a", ("a", 8), 12)])
+    h.advance_watermark(9)
+    assert h.take() == [(("a", 0, 3), 9), (("b", 0, 4), 9)]
+    h.advance_watermark(MAX_LONG_VALUE)
+    assert h.take() == [(("a", 10, 8), 19)]
+    cleared = {}
+    for key in ("a", "b"):
+        h.backend.set_current_key(key, 0)
+        cleared[key] = list(h.backend.get_state(seen_by_clear).get())
+    assert cleared == {"a": [(0, 1), (10, 1)], "b": [(0, 1)]}
+    assert h.pending_timers() == []
+    assert all(n == 0 for name, n in h.state_entries().items() if name != "seen-by-clear"), h.state_entries()
 
 
 def test_custom_trigger_with_partitioned_state_on_merging_windows():

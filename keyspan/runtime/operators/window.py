@@ -311,6 +311,8 @@ class WindowOperator(KeyedProcessFunction):
         # an EventTimeTrigger's only timer is at the window's end: once that timer fires, clearing
         # the trigger has nothing left to delete
         self._trigger_timer_only_at_end = type(trigger) is EventTimeTrigger
+        self._fires_and_cleans_at_end = (self._trigger_timer_only_at_end and self._event_time
+                                         and not self._merging and not self._allowed_lateness)
 
     # lifecycle ---------------------------------------------------------------------------------
     def open(self, runtime_context):
@@ -531,8 +533,28 @@ class WindowOperator(KeyedProcessFunction):
         windows = self._timer_service.fired_namespaces
         if windows is True:
             windows = self._saved_windows(EVENT_TIME if event_time else PROCESSING_TIME, timestamp)
+        if (self._fires_and_cleans_at_end and event_time and len(windows) == 1
+                and timestamp == windows[0].max_timestamp()):
+            return self._fire_and_clear(windows[0])
+        return self._on_window_timers(windows, timestamp, event_time, ctx)
+
+    def _on_window_timers(self, windows, timestamp: int, event_time: bool, ctx):
         for window in windows:
             yield from self._on_window_timer(window, timestamp, event_time, ctx)
+
+    def _fire_and_clear(self, window):
+        """An event-time trigger's end-of-window timer that is also the window's cleanup timer (no
+        allowed lateness, no merging): what ``_on_window_timer`` does for it, without the trigger's
+        calls it would answer the same way every time (FIRE; nothing left to clear). The results
+        carry the timer's timestamp, the window's max timestamp, as ``_emit`` would stamp them."""
+        pane = self._pane(window)
+        self._contents.clear()
+        function = self._window_function
+        results = () if pane is None else function.process(self._key, window, self._process_ctx, pane)
+        if function.takes_context:  # its clear() comes after its process(), as in Flink
+            results = list(results)
+            function.clear(window, self._process_ctx)
+        return results
 
     def _on_window_timer(self, window, timestamp: int, event_time: bool, ctx):
         tc = self._trigger_ctx
