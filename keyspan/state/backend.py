@@ -164,18 +164,25 @@ class KeyedStateBackend(ABC):
         }
 
     def restore_payload(self, key_group: int, payload: bytes, watched: dict | None = None) -> None:
-        self.apply_section(key_group, note_puts(serde.loads(payload), key_group, watched))
+        self.apply_section(key_group, note_puts(serde.loads(payload), key_group, watched, self.values_in_memory))
+
+    def values_in_memory(self, name: str, key_group: int) -> Mapping | None:
+        """Key → value of state ``name`` in ``key_group`` when the backend holds them as Python objects
+        (None otherwise: RocksDB would pay a read per key)."""
+        return None
 
 
-def note_puts(section: dict, key_group: int, watched: dict | None) -> dict:
-    """Add to ``watched`` (state name → list) a (key group, key, value) for every key ``section`` sets
-    in that state, before a backend applies (and may consume) it: a catch-up queues the timers of the
-    keys it changed from these, instead of rebuilding the queues from every timer."""
+def note_puts(section: dict, key_group: int, watched: dict | None, values_in_memory=None) -> dict:
+    """Add to ``watched`` (state name → list) a (key group, key, value, value before) for every key
+    ``section`` sets in that state, before a backend applies (and may consume) it: a catch-up queues
+    the timers of the keys it changed from these, instead of rebuilding the queues from every timer.
+    The value before is the key's value held in memory (``values_in_memory``), or () if unknown."""
     if watched:
         for name, puts in watched.items():
             entry = section.get(name)
             if entry is not None:
-                puts.extend((key_group, key, value) for key, value in entry[0].items())
+                before = (values_in_memory and values_in_memory(name, key_group)) or {}
+                puts.extend((key_group, key, value, before.get(key, ())) for key, value in entry[0].items())
     return section
 
 

@@ -72,17 +72,19 @@ class TimerService(timerservice.TimerService):
             self._ensure_queues()
 
     def requeue(self, puts) -> None:
-        """Restored deltas set the timers of some keys, ``puts``: (key group, key, its timers) triples.
-        Queue those timers instead of rebuilding the queues from every timer. A timer queued already
-        is then queued twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
+        """Restored deltas set the timers of some keys, ``puts``: (key group, key, its timers, its timers
+        before) tuples. Queue the new ones instead of rebuilding the queues from every timer: every timer
+        in state is queued already. Where the timers before are unknown (``()``), a timer queued already
+        is queued twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
         if self._queues is None:
             return
         queues = self._queues
         queued = 0
-        for kg, key, timers in puts:
-            for domain, timestamp in timers:
-                queues[domain].push(timestamp, kg, key)
-            queued += len(timers)
+        for kg, key, timers, before in puts:
+            for entry in timers:
+                if entry not in before:
+                    queues[entry[0]].push(entry[1], kg, key)
+                    queued += 1
         self._queued(queued)
 
     def timer_namespaces(self, domain: int, timestamp: int):

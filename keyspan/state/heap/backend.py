@@ -162,6 +162,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def restored_state_names(self):
         return self._tables.keys()
 
+    def values_in_memory(self, name: str, key_group: int):
+        table = self._tables.get(name)
+        return None if table is None else table.groups[key_group - table.start]
+
     def key_count(self) -> int:
         return sum(len(g) for t in self._tables.values() for g in t.groups)
 
