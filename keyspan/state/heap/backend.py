@@ -164,7 +164,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def values_in_memory(self, name: str, key_group: int):
         table = self._tables.get(name)
-        return None if table is None else table.groups[key_group - table.start]
+        return None if table is None or key_group not in self.key_groups else table.groups[key_group - table.start]
 
     def key_count(self) -> int:
         return sum(len(g) for t in self._tables.values() for g in t.groups)
