@@ -172,16 +172,16 @@ class KeyedStateBackend(ABC):
         return None
 
 
-def note_puts(section: dict, key_group: int, watched: dict | None, values_in_memory=None) -> dict:
+def note_puts(section: dict, key_group: int, watched: dict | None, values_in_memory) -> dict:
     """Add to ``watched`` (state name → list) a (key group, key, value, value before) for every key
     ``section`` sets in that state, before a backend applies (and may consume) it: a catch-up queues
     the timers of the keys it changed from these, instead of rebuilding the queues from every timer.
-    The value before is the key's value held in memory (``values_in_memory``), or () if unknown."""
+    The value before is the key's value held in memory (the backend's ``values_in_memory``), or () if unknown."""
     if watched:
         for name, puts in watched.items():
             entry = section.get(name)
             if entry is not None:
-                before = (values_in_memory and values_in_memory(name, key_group)) or {}
+                before = values_in_memory(name, key_group) or {}
                 puts.extend((key_group, key, value, before.get(key, ())) for key, value in entry[0].items())
     return section
 

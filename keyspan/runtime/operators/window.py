@@ -544,16 +544,15 @@ class WindowOperator(KeyedProcessFunction):
 
     def _fire_and_clear(self, window):
         """An event-time trigger's end-of-window timer that is also the window's cleanup timer (no
-        allowed lateness, no merging): what ``_on_window_timer`` does for it, without the trigger's
-        calls it would answer the same way every time (FIRE; nothing left to clear). The results
-        carry the timer's timestamp, the window's max timestamp, as ``_emit`` would stamp them."""
+        allowed lateness, no merging): what ``_on_window_timer`` does for it, without asking the
+        trigger, whose answer is always the same (FIRE). The results carry the timer's timestamp,
+        the window's max timestamp, as ``_emit`` would stamp them."""
         pane = self._pane(window)
-        self._contents.clear()
         function = self._window_function
         results = () if pane is None else function.process(self._key, window, self._process_ctx, pane)
-        if function.takes_context:  # its clear() comes after its process(), as in Flink
+        if function.takes_context:  # its clear() (in _clear_all_state) comes after its process(), as in Flink
             results = list(results)
-            function.clear(window, self._process_ctx)
+        self._clear_all_state(window, window, None, trigger_timer_fired=True)
         return results
 
     def _on_window_timer(self, window, timestamp: int, event_time: bool, ctx):

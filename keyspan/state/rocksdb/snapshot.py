@@ -285,7 +285,8 @@ class Snapshots:
     def restore_payload(self, key_group: int, payload: bytes, watched: dict | None = None) -> None:
         """Restore an encoded section, handing each value to RocksDB and dropping it from the decoded
         section as it goes, so memory holds the payload, what is left of the section and one batch."""
-        self.apply_section(key_group, note_puts(serde.loads(payload), key_group, watched), _consume=True)
+        self.apply_section(key_group, note_puts(serde.loads(payload), key_group, watched, self.values_in_memory),
+                           _consume=True)
 
     def apply_section(self, key_group: int, section: dict, _consume: bool = False) -> None:
         """Restore a section. A registered state gets its values in its own form (plain values
