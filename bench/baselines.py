@@ -423,7 +423,9 @@ def run_map_in_arrow(
 
     No state store, no persistence, no fault tolerance: the running sums live
     in a dict inside each Python worker process.  Same source, trigger and sink
-    as ``run_transform_with_state``.  ``final_sums_ok`` only holds if every key
+    as ``run_transform_with_state``; the query runs with keyspan's query settings
+    (``keyspan.runtime.session.query_settings``: Arrow batches cut by record count,
+    Spark's logs without .crc files), as keyspan's own query does.  ``final_sums_ok`` only holds if every key
     kept landing in the same (reused) worker process across micro-batches --
     report it, don't rely on it.
     """
@@ -431,7 +433,10 @@ def run_map_in_arrow(
     fn = _make_running_sum_fn(uuid.uuid4().hex)
     events = _stream_source(spark, directory, files_per_trigger)
     out = events.repartition(cores, "key").mapInArrow(fn, OUTPUT_SCHEMA_DDL)
-    return _run_query(out, directory, checkpoint_dir, verify)
+    from keyspan.runtime.session import query_settings
+
+    with query_settings(spark):  # Arrow batches and Spark's logs as in keyspan's own query: the same limit
+        return _run_query(out, directory, checkpoint_dir, verify)
 
 
 # --------------------------------------------------------------------------

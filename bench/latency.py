@@ -45,7 +45,7 @@ from keyspan.datastream.connectors.file_system import FileSource, StreamFormat  
 from keyspan.datastream.functions import SinkFunction  # noqa: E402
 from keyspan.datastream.state import ValueStateDescriptor  # noqa: E402
 from keyspan.runtime import options  # noqa: E402
-from keyspan.runtime.session import offset_log_without_checksums  # noqa: E402
+from keyspan.runtime.session import query_settings  # noqa: E402
 
 
 class RunningSum(KeyedProcessFunction):
@@ -172,10 +172,10 @@ _SPARK_STEPS = ("queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 def spark_empty_batches(spark, interval_ms: int, rate: int, work: str, seconds: float = 12) -> dict:
     """Spark's own part of a micro-batch with nothing in it: a rate source at the same events/s into a
-    ``foreachBatch`` that returns at once, its offset and commit logs written as keyspan's are, at the
-    same trigger. What no change in keyspan can take out of "Spark's own per batch". Medians, first
+    ``foreachBatch`` that returns at once, its offset and commit logs written as keyspan's are
+    (``query_settings``), at the same trigger. What no change in keyspan can take out of "Spark's own per batch". Medians, first
     batches left out."""
-    with offset_log_without_checksums(spark):
+    with query_settings(spark):
         query = (spark.readStream.format("rate").option("rowsPerSecond", rate).load().writeStream
                  .foreachBatch(lambda df, batch_id: None).trigger(processingTime=f"{interval_ms} milliseconds")
                  .option("checkpointLocation", os.path.join(work, f"empty-{interval_ms}")).start())

@@ -16,7 +16,9 @@ keyspan: from_spark → key_by(key) → KeyedProcessFunction with ValueState →
 checkpoint (state delta files + metadata commit) every epoch; its final state is read back from
 the last checkpoint and compared with the expected sums. transformWithStateInPandas: ValueState
 per key in Spark's RocksDB state store. mapInArrow: repartition by key + a Python dict per
-worker, no persistence at all (the bare limit). The peers use Spark's noop sink.
+worker, no persistence at all (the bare limit), started with keyspan's query settings (Arrow batches
+cut by record count alone, Spark's logs without .crc files: ``keyspan.runtime.session.query_settings``),
+so that the limit runs as keyspan's own query does. The peers use Spark's noop sink.
 """
 
 from __future__ import annotations
@@ -88,12 +90,14 @@ def breakdown(spark, data: str, work: str) -> None:
     """Where a micro-batch's time goes (medians, first batch left out): the bare mapInArrow loop,
     keyspan with a function that does nothing, and keyspan's running sum, on the same events."""
     from bench.baselines import OUTPUT_SCHEMA_DDL, _make_running_sum_fn, _stream_source
+    from keyspan.runtime.session import query_settings
 
     med = lambda xs: statistics.median(xs[1:]) if len(xs) > 1 else float("nan")  # noqa: E731
-    query = (_stream_source(spark, data, 1).repartition(2, "key")
-             .mapInArrow(_make_running_sum_fn(uuid.uuid4().hex), OUTPUT_SCHEMA_DDL)
-             .writeStream.format("noop").trigger(availableNow=True)
-             .option("checkpointLocation", os.path.join(work, "breakdown-arrow")).start())
+    with query_settings(spark):  # as keyspan's own query runs
+        query = (_stream_source(spark, data, 1).repartition(2, "key")
+                 .mapInArrow(_make_running_sum_fn(uuid.uuid4().hex), OUTPUT_SCHEMA_DDL)
+                 .writeStream.format("noop").trigger(availableNow=True)
+                 .option("checkpointLocation", os.path.join(work, "breakdown-arrow")).start())
     start = time.perf_counter()
     query.awaitTermination()
     seconds = time.perf_counter() - start

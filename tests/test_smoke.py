@@ -1,5 +1,9 @@
+import pytest
+
 from keyspan.datastream import KeyedProcessFunction, MapFunction
+from keyspan.datastream.connectors.file_system import DiscardingSink
 from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.runtime.session import ARROW_MAX_BYTES, ARROW_NO_BYTE_CAP
 
 
 class RunningSum(KeyedProcessFunction):
@@ -34,6 +38,31 @@ def test_spark_offset_log_is_written_without_checksum_files(env, workdir, spark)
     assert len([p for p in logs if not p.name.startswith(".")]) >= 4, logs  # two batches, both logs
     assert not [p for p in logs if p.name.endswith(".crc")]
     assert spark.conf.get("fs.AbstractFileSystem.file.impl", None) is None
+
+
+@pytest.mark.parametrize("user_value", [None, "32MB"], ids=["unset", "set-by-the-user"])
+def test_arrow_batches_are_cut_by_record_count_in_keyspan_query_only(env, spark, user_value):
+    """Spark 4's byte limit per Arrow batch measures the batch after every row: keyspan's own query runs
+    without it (the stages reading its Spark stream and those reading a keyspan source alike), the
+    session keeps what it had, and a limit the user set wins."""
+    if user_value is not None:
+        spark.conf.set(ARROW_MAX_BYTES, user_value)
+    try:
+        env.set_max_records_per_epoch(2)
+        env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).process(RunningSum()) \
+            .add_sink(DiscardingSink())
+        client = env.execute_async("arrow-batches")
+        client.get_job_execution_result().result(timeout=180)
+        runner = client._runner
+        query_session = runner.query._jsq.streamingQuery().lastExecution().sparkSession()
+        read_tasks = list(runner.stages._read_frames.values())
+        assert read_tasks  # the keyspan source's stage ran on Spark, not in the driver
+        expected = user_value or ARROW_NO_BYTE_CAP
+        assert query_session.conf().get(ARROW_MAX_BYTES) == expected
+        assert all(frame.sparkSession.conf.get(ARROW_MAX_BYTES) == expected for frame in read_tasks)
+        assert spark.conf.get(ARROW_MAX_BYTES, None) == user_value
+    finally:
+        spark.conf.unset(ARROW_MAX_BYTES)
 
 
 def test_a_spark_source_and_a_keyspan_source_in_one_job(env, spark, workdir):

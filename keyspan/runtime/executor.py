@@ -475,7 +475,7 @@ class JobRunner:
             interval = max(self.checkpoint_config.interval_ms, self.checkpoint_config.min_pause_ms)
             writer = writer.trigger(processingTime=f"{interval} milliseconds")
         api = start_api(RunnerHandle(self)) if self.options.rest_api else None
-        with spark_session.offset_log_without_checksums(spark):
+        with spark_session.query_settings(spark):
             query = writer.start()
         self.query = query
         status = "FINISHED" if bounded else "STOPPED"

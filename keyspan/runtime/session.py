@@ -112,25 +112,38 @@ def prepare_session(spark) -> None:
 
 
 _LOCAL_FS = "fs.AbstractFileSystem.file.impl"
+ARROW_MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+ARROW_NO_BYTE_CAP = str(2**31 - 1)  # Spark's "no limit" for it: the one value that skips the size check
 
 
 @contextmanager
-def offset_log_without_checksums(spark):
-    """Start keyspan's query with Spark's offset and commit logs on local disk written without
-    Hadoop's ``.crc`` side files. Spark writes both logs in every micro-batch, and the side files
-    double the files it creates and renames (bench/latency.py: the two logs took 92 → 62 ms per batch). keyspan
-    checks its own checkpoints; these logs only name each batch's offsets. Spark's logs read this
-    setting when the query starts, so the user's other queries keep theirs; a value the user set wins."""
+def query_settings(spark):
+    """Start keyspan's query with settings that pay in every micro-batch. Spark copies the session's
+    settings into the query's own session when the query starts, so they are set around ``start()``
+    and put back after: the user's other queries keep theirs, and a value the user set wins.
+
+    * Spark's offset and commit logs on local disk, written without Hadoop's ``.crc`` side files. Spark
+      writes both logs in every micro-batch, and the side files double the files it creates and
+      renames (bench/latency.py: the two logs took 92 → 62 ms per batch). keyspan checks its own
+      checkpoints; these logs only name each batch's offsets.
+    * Arrow batches to the Python workers cut by record count alone
+      (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 by default), as before Spark 4.0.
+      Spark 4's byte limit per batch makes the JVM measure the batch after every row it adds: a
+      fifth of the executor threads' samples in a profile of the window benchmark (docs/benchmarks.md)."""
     conf = spark.conf
-    if conf.get(_LOCAL_FS, None) or spark.sparkContext._jsc.hadoopConfiguration().get(_LOCAL_FS) != \
+    settings = {}
+    if not conf.get(_LOCAL_FS, None) and spark.sparkContext._jsc.hadoopConfiguration().get(_LOCAL_FS) == \
             "org.apache.hadoop.fs.local.LocalFs":
-        yield
-        return
-    conf.set(_LOCAL_FS, "org.apache.hadoop.fs.local.RawLocalFs")
+        settings[_LOCAL_FS] = "org.apache.hadoop.fs.local.RawLocalFs"
+    if conf.get(ARROW_MAX_BYTES, None) is None:
+        settings[ARROW_MAX_BYTES] = ARROW_NO_BYTE_CAP
+    for key, value in settings.items():
+        conf.set(key, value)
     try:
         yield
     finally:
-        conf.unset(_LOCAL_FS)
+        for key in settings:
+            conf.unset(key)
 
 
 def mute_query_errors(query):

@@ -135,11 +135,13 @@ class SparkStages:
                 [] if to is None else reader.partitions(since, to, self._read_parallelism))
         return reads
 
-    def _read_tasks(self, n: int):
-        """``n`` tasks whose partition i holds the one row i (none for n = 0), kept across epochs."""
+    def _read_tasks(self, n: int, session):
+        """``n`` tasks whose partition i holds the one row i (none for n = 0), kept across epochs. Made in
+        ``session``, the query's own, so that its settings (``session.query_settings``, keyspan.runtime)
+        reach the source stage and the stages after it, as they reach those reading the batch's DataFrame."""
         frame = self._read_frames.get(n)
         if frame is None:
-            frame = self._read_frames[n] = self.spark.range(0, n, 1, max(n, 1))
+            frame = self._read_frames[n] = session.range(0, n, 1, max(n, 1))
         return frame
 
     def _source_batch(self, batch_df, t):
@@ -249,7 +251,7 @@ class SparkStages:
             if p.input_format == InputFormat.PUSHED_DOWN:
                 continue
             if s.source is not None and p.stage_id in ctx.reads:
-                in_df = self._read_tasks(len(ctx.reads[p.stage_id]))
+                in_df = self._read_tasks(len(ctx.reads[p.stage_id]), batch_df.sparkSession)
             elif s.source is not None:
                 in_df = self._source_batch(batch_df, s.source)
             elif p.input_format == InputFormat.TYPED_KEYED:
