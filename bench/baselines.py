@@ -425,9 +425,9 @@ def run_map_in_arrow(
     in a dict inside each Python worker process.  Same source, trigger and sink
     as ``run_transform_with_state``; the query runs with keyspan's query settings
     (``keyspan.runtime.session.query_settings``: Arrow batches cut by record count,
-    Spark's logs without .crc files), as keyspan's own query does.  ``final_sums_ok`` only holds if every key
-    kept landing in the same (reused) worker process across micro-batches --
-    report it, don't rely on it.
+    Spark's logs without .crc files), as keyspan's own query does.
+    ``final_sums_ok`` only holds if every key kept landing in the same (reused)
+    worker process across micro-batches -- report it, don't rely on it.
     """
     cores = int(spark.conf.get("spark.sql.shuffle.partitions"))
     fn = _make_running_sum_fn(uuid.uuid4().hex)

@@ -173,8 +173,8 @@ _SPARK_STEPS = ("queryPlanning", "walCommit", "addBatch", "commitOffsets")
 def spark_empty_batches(spark, interval_ms: int, rate: int, work: str, seconds: float = 12) -> dict:
     """Spark's own part of a micro-batch with nothing in it: a rate source at the same events/s into a
     ``foreachBatch`` that returns at once, its offset and commit logs written as keyspan's are
-    (``query_settings``), at the same trigger. What no change in keyspan can take out of "Spark's own per batch". Medians, first
-    batches left out."""
+    (``query_settings``), at the same trigger. What no change in keyspan can take out of "Spark's own
+    per batch". Medians, first batches left out."""
     with query_settings(spark):
         query = (spark.readStream.format("rate").option("rowsPerSecond", rate).load().writeStream
                  .foreachBatch(lambda df, batch_id: None).trigger(processingTime=f"{interval_ms} milliseconds")
