@@ -24,6 +24,7 @@ from keyspan.io import serde
 from keyspan.io.storage import Storage
 from keyspan.state import operator as operator_state
 from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE, MapStateDescriptor
+from keyspan.state.backend import encode_section
 from keyspan.state.heap import HeapKeyedStateBackend
 from keyspan.state.keygroups import (
     assign_to_key_group,
@@ -296,11 +297,11 @@ class KeyedWrite:
             for kg, state, key, stored in entries:
                 if kg != current:
                     if section:
-                        yield current, serde.dumps_state(section, operator=self.uid, key_group=current)
+                        yield current, encode_section(section, self.uid, current)
                     current, section = kg, {}
                 section.setdefault(state, ({}, []))[0][key] = stored
             if section:
-                yield current, serde.dumps_state(section, operator=self.uid, key_group=current)
+                yield current, encode_section(section, self.uid, current)
 
         first = next(iter_ := sections(), None)
         if first is None:

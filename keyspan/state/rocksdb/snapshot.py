@@ -11,7 +11,7 @@ import pickle
 from itertools import repeat
 
 from keyspan.io import serde
-from keyspan.state.backend import LazySections, note_puts
+from keyspan.state.backend import LazySections, dump_section, encode_section, note_puts
 from keyspan.state.rocksdb.layout import (
     _I64,
     _TTL_TAG,
@@ -167,10 +167,10 @@ class Snapshots:
                             nonempty=lambda kg: kg in touched or kg in writes, dump=self._dump_section)
 
     def _encode_section(self, kg: int, section: dict) -> bytes:
-        return serde.dumps_state(section, operator=self.operator, key_group=kg)
+        return encode_section(section, self.operator, kg)
 
     def _dump_section(self, kg: int, section: dict, file) -> None:
-        serde.dump_state(section, file, operator=self.operator, key_group=kg)
+        dump_section(section, file, self.operator, kg)
 
     @classmethod
     def _group_section(cls, keys: list, raws: list, names, horizons) -> dict:
