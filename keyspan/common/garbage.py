@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 
 YOUNG_COLLECTION_EVERY = 100_000  # container allocations between young collections (Python's default: 700)
 # Unfreezing hands every frozen object back to the collector, and Python's next full collection then
-# walks the worker's whole state before the task can end (10–25 ms per task with the window benchmark's
-# state). Objects stay frozen across this many tasks; only reference cycles among them wait that long
-# to be freed, as reference counting frees everything else at once. What a task leaves alive (the state
-# it added) is frozen at its end too: back at Python's default thresholds, the first collection would
-# otherwise walk all of it before the task could report.
-UNFREEZE_EVERY_TASKS = 16
+# walks the worker's whole state (170–350 ms with the window benchmark's state, in the worker between
+# two tasks). So objects stay frozen across tasks, and what a task leaves alive (the state it added) is
+# frozen at its end too. They go back to the collector by Python's own rule for full collections: once
+# the worker grew by a quarter since the smallest it was at a task's end since they last went back.
+# Only reference cycles among them wait that long to be freed (about 180 small objects per task in that
+# benchmark), as reference counting frees everything else at once; like Python's rule, this bounds
+# them to about a quarter of the worker, and keeps the cost of full collections in proportion to what
+# the tasks made. The worker's size is counted twice, and either growing by a quarter is enough: its
+# objects, as its allocator's blocks (``sys.getallocatedblocks``, a sum over arenas; the frozen count,
+# ``gc.get_freeze_count``, walks every frozen object: 20–50 ms per task there), and its resident
+# memory, for cycles that hold large buffers (Arrow batches, NumPy arrays) the allocator does not count.
+GROWTH_BEFORE_UNFREEZE = 0.25
 
 _depth = 0
-_tasks_since_unfreeze = 0
+_smallest: tuple[int, int] | None = None  # the worker's size at a task's end since frozen objects went back
 _saved_thresholds: tuple[int, ...] = ()
 
 
@@ -32,9 +39,9 @@ def streaming_records():
     young collections run every ``YOUNG_COLLECTION_EVERY`` allocations, so most records are freed before
     any collection sees them. Cycles are still found, a little later (those a task leaves behind after its
     last young collection once its objects go back to the collector); nested or interleaved uses (two
-    tasks' generators in one process) restore Python's thresholds when the last one ends, and every
-    ``UNFREEZE_EVERY_TASKS`` tasks its frozen objects too."""
-    global _depth, _saved_thresholds, _tasks_since_unfreeze
+    tasks' generators in one process) restore Python's thresholds when the last one ends, and hand the
+    frozen objects back once the worker grew by ``GROWTH_BEFORE_UNFREEZE``."""
+    global _depth, _saved_thresholds, _smallest
     if _depth == 0:
         _saved_thresholds = gc.get_threshold()
         gc.freeze()
@@ -47,7 +54,22 @@ def streaming_records():
         if _depth == 0:
             gc.freeze()
             gc.set_threshold(*_saved_thresholds)
-            _tasks_since_unfreeze += 1
-            if _tasks_since_unfreeze >= UNFREEZE_EVERY_TASKS:
-                _tasks_since_unfreeze = 0
+            size = worker_size()
+            if _smallest is None:
+                _smallest = size
+            elif any(now > least * (1 + GROWTH_BEFORE_UNFREEZE) for now, least in zip(size, _smallest)):
+                _smallest = None
                 gc.unfreeze()
+            else:
+                _smallest = tuple(map(min, size, _smallest))
+
+
+def worker_size() -> tuple[int, int]:
+    """This process's Python objects (its allocator's blocks) and resident memory (pages; 0 where
+    ``/proc/self/statm`` does not exist)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            resident = int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        resident = 0
+    return sys.getallocatedblocks(), resident
