@@ -347,11 +347,11 @@ def test_unserializable_state_fails_naming_operator_state_and_key(env):
 def test_chunks_of_rows_cross_an_exchange_as_columns_and_come_back_as_the_same_rows():
     import pickle
 
-    from keyspan.common.types import _PackedRows, packed_rows
+    from keyspan.common.types import _Unpickled, packed_rows
 
     rows = [Row(key=f"k{i}", n=i, x=None if i % 2 else [i]) for i in range(5)]
     packed = packed_rows(rows)
-    assert isinstance(packed, _PackedRows) and packed.columns[1] == [0, 1, 2, 3, 4]
+    assert isinstance(packed, _Unpickled) and packed.args[1][1] == [0, 1, 2, 3, 4]
     back = pickle.loads(pickle.dumps(packed))
     assert back == rows and {type(r) for r in back} == {type(rows[0])}
     assert back[3].key == "k3" and back[4].x == [4]

@@ -18,7 +18,7 @@ YOUNG_COLLECTION_EVERY = 100_000  # container allocations between young collecti
 # walks the worker's whole state (170–350 ms with the window benchmark's state, in the worker between
 # two tasks). So objects stay frozen across tasks, and what a task leaves alive (the state it added) is
 # frozen at its end too. They go back to the collector by Python's own rule for full collections: once
-# the worker grew by a quarter since the smallest it was at a task's end since they last went back.
+# the worker has grown by a quarter from its smallest size at the end of a task since they last went back.
 # Only reference cycles among them wait that long to be freed (about 180 small objects per task in that
 # benchmark), as reference counting frees everything else at once; like Python's rule, this bounds
 # them to about a quarter of the worker, and keeps the cost of full collections in proportion to what

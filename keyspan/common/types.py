@@ -93,19 +93,21 @@ def packed_rows(records: list):
         cls = type(records[0])
         if (issubclass(cls, Row) and cls._fields and set(map(type, records)) == {cls}
                 and set(map(len, records)) == {len(cls._fields)}):
-            return _PackedRows(cls._fields, list(map(list, zip(*records))))
+            return _Unpickled(rows_from_columns, (cls._fields, list(map(list, zip(*records)))))
     return records
 
 
-class _PackedRows:
-    __slots__ = ("fields", "columns")
+class _Unpickled:
+    """What pickles as the result of ``function(*args)``."""
 
-    def __init__(self, fields, columns):
-        self.fields = fields
-        self.columns = columns
+    __slots__ = ("function", "args")
+
+    def __init__(self, function, args: tuple):
+        self.function = function
+        self.args = args
 
     def __reduce__(self):
-        return rows_from_columns, (self.fields, self.columns)
+        return self.function, self.args
 
 
 def rows_from_columns(fields: tuple[str, ...], columns) -> list:
@@ -120,20 +122,9 @@ def packed_values(mapping: dict):
     is returned as it is."""
     if len(mapping) > 1:
         values = packed_rows(list(mapping.values()))
-        if values.__class__ is _PackedRows:
-            return _PackedValues(list(mapping), values)
+        if values.__class__ is _Unpickled:
+            return _Unpickled(rows_by_key, (list(mapping), values))
     return mapping
-
-
-class _PackedValues:
-    __slots__ = ("keys", "values")
-
-    def __init__(self, keys, values):
-        self.keys = keys
-        self.values = values
-
-    def __reduce__(self):
-        return rows_by_key, (self.keys, self.values)
 
 
 def rows_by_key(keys: list, rows: list) -> dict:

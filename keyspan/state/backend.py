@@ -11,9 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import ItemsView, Mapping
 
-from keyspan.state.api import StateDescriptor
 from keyspan.common.types import packed_values
 from keyspan.io import serde
+from keyspan.state.api import StateDescriptor
 from keyspan.state.ttl import LONG_MIN, wall_clock_ms
 
 
