@@ -120,7 +120,7 @@ def packed_values(mapping: dict):
     and its values as ``packed_rows``, so pickling runs at C speed (no ``Row.__reduce__`` per value)
     and stores each field name once; it unpickles to an equal dict, in the same order. Any other dict
     is returned as it is."""
-    if len(mapping) > 1:
+    if len(mapping) > 1 and isinstance(next(iter(mapping.values())), Row):  # no copy of other states' values
         values = packed_rows(list(mapping.values()))
         if values.__class__ is _Unpickled:
             return _Unpickled(rows_by_key, (list(mapping), values))
