@@ -197,6 +197,17 @@ def segments(group_ids, n_groups: int):
     return order, bounds
 
 
+def _identity(ufunc, dtype):
+    """The value a group's reduction by ``ufunc`` starts from: 0 for a sum, the type's largest
+    (smallest) value for a minimum (maximum)."""
+    if ufunc is np.add:
+        return 0
+    floats = dtype.kind == "f"
+    if ufunc is np.minimum:
+        return np.inf if floats else np.iinfo(dtype).max
+    return -np.inf if floats else np.iinfo(dtype).min
+
+
 class _FieldAggregate(BatchAggregateFunction):
     """A built-in aggregate of one field (``field`` = index or name; ``None``: the record itself)."""
 
@@ -248,13 +259,15 @@ class _FieldAggregate(BatchAggregateFunction):
         return self._reduced(column, group_ids, n_groups)
 
     def _reduced(self, column, group_ids, n_groups):
-        order, bounds = segments(group_ids, n_groups)
-        reduced = self._ufunc.reduceat(column[order], bounds[:-1]).tolist()
-        return self._from_reduced(reduced, bounds)
+        """Each group's reduction, the rows taken in arrival order (``ufunc.at``: one pass, no sort;
+        a float sum adds up in the per-record path's order)."""
+        reduced = np.full(n_groups, _identity(self._ufunc, column.dtype), dtype=column.dtype)
+        self._ufunc.at(reduced, group_ids, column)
+        return self._from_reduced(reduced.tolist(), group_ids, n_groups)
 
     _ufunc = None
 
-    def _from_reduced(self, reduced: list, bounds) -> list:
+    def _from_reduced(self, reduced: list, group_ids, n_groups: int) -> list:
         return reduced
 
 
@@ -352,9 +365,8 @@ class Avg(_FieldAggregate):
     def merge(self, acc_a, acc_b):
         return acc_a[0] + acc_b[0], acc_a[1] + acc_b[1]
 
-    def _from_reduced(self, reduced, bounds):
-        counts = (bounds[1:] - bounds[:-1]).tolist()
-        return list(zip(reduced, counts))
+    def _from_reduced(self, reduced, group_ids, n_groups):
+        return list(zip(reduced, np.bincount(group_ids, minlength=n_groups).tolist()))
 
 
 class First(_FieldAggregate):

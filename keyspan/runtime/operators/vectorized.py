@@ -58,8 +58,13 @@ def _key_codes(keys: list):
     index: dict = {}
     setdefault = index.setdefault
     codes = np.fromiter((setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
-    _, firsts = np.unique(codes, return_index=True)
-    return codes, firsts, len(index)
+    return codes, first_appearances(codes), len(index)
+
+
+def first_appearances(codes):
+    """The index of each code's first record, for codes numbered in order of first appearance
+    (``pd.factorize``, ``dictionary_encode``): where the running maximum steps up. One pass, no sort."""
+    return np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
 
 
 def _arrow_key_codes(columns: list):
@@ -68,8 +73,7 @@ def _arrow_key_codes(columns: list):
     if len(columns) == 1:
         encoded = columns[0].dictionary_encode()  # codes in order of first appearance
         codes = encoded.indices.to_numpy().astype(np.int64)
-        firsts = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
-        return codes, firsts, encoded.dictionary.to_pylist()
+        return codes, first_appearances(codes), encoded.dictionary.to_pylist()
     codes = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:  # kept dense after each column, so the combined code cannot overflow
         indices = column.dictionary_encode().indices.to_numpy().astype(np.int64)
@@ -402,7 +406,7 @@ class VectorizedWindowOperator(WindowOperator):
         group_of_row, group_heads = pd.factorize(codes[rows] * (int(window_ids.max()) + 1) + window_ids)
         group_of_row = group_of_row.astype(np.int64)
         accumulators = accumulate(rows, group_of_row, len(group_heads))
-        _, heads = np.unique(group_of_row, return_index=True)  # each group's first row, in group order
+        heads = first_appearances(group_of_row)  # each group's first row, in group order
         contents = self._contents
         register_timer = self._register_timer
         lateness = self._allowed_lateness  # without it, the cleanup timer is the trigger's timer
