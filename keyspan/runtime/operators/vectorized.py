@@ -363,7 +363,10 @@ class VectorizedWindowOperator(WindowOperator):
         agg = self._descriptor.window_state_descriptor.agg_function
 
         def accumulate(rows, groups, n_groups):
-            return agg.accumulate_columns(batch.take(pa.array(rows)), groups, n_groups)
+            # rows are indices into the chunk, never decreasing: n of them, strictly increasing, are all of it
+            whole = len(rows) == batch.num_rows and bool((rows[1:] > rows[:-1]).all())
+            taken = batch if whole else batch.take(pa.array(rows))
+            return agg.accumulate_columns(taken, groups, n_groups)
 
         late = self._merge_chunk(backend, ctx, stamps, codes, kgs, lambda i: uniques[codes[i]], accumulate)
         return None if late is None else (None, late)
