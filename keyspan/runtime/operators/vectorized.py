@@ -343,14 +343,14 @@ class VectorizedWindowOperator(WindowOperator):
     def process_batch(self, backend, ctx, kgs, keys, records, stamps):
         if stamps is None or any(s is None for s in stamps):
             return None
-        codes, _, _ = _key_codes(keys)
+        codes, firsts, _ = _key_codes(keys)
         agg = self._descriptor.window_state_descriptor.agg_function
 
         def accumulate(rows, groups, n_groups):
             return agg.accumulate_groups([records[i] for i in rows.tolist()], groups, n_groups)
 
-        late = self._merge_chunk(backend, ctx, np.array(stamps, dtype=np.int64), codes, kgs, keys.__getitem__,
-                                 accumulate)
+        late = self._merge_chunk(backend, ctx, np.array(stamps, dtype=np.int64), codes, np.array(kgs, dtype=np.int64),
+                                 [keys[i] for i in firsts.tolist()], accumulate)
         return None if late is None else ((), None, late)
 
     def process_columns(self, backend, ctx, kgs, keys, batch, row_cls, stamps):
@@ -368,12 +368,13 @@ class VectorizedWindowOperator(WindowOperator):
             taken = batch if whole else batch.take(pa.array(rows))
             return agg.accumulate_columns(taken, groups, n_groups)
 
-        late = self._merge_chunk(backend, ctx, stamps, codes, kgs, lambda i: uniques[codes[i]], accumulate)
+        late = self._merge_chunk(backend, ctx, stamps, codes, kgs, uniques, accumulate)
         return None if late is None else (None, late)
 
-    def _merge_chunk(self, backend, ctx, ts, codes, kgs, key_of, accumulate):
+    def _merge_chunk(self, backend, ctx, ts, codes, kgs, uniques: list, accumulate):
         """Pre-aggregates a chunk per (key, window) and merges each group into its window's state;
-        the indices of the records left to the per-record path, or None if the chunk does not qualify."""
+        the indices of the records left to the per-record path, or None if the chunk does not qualify.
+        ``codes``: each record's key as an index into ``uniques``; ``kgs``: each record's key group."""
         timers = ctx.timer_service()
         self._timer_service = timers
         watermark = timers.current_watermark()
@@ -414,14 +415,17 @@ class VectorizedWindowOperator(WindowOperator):
         register_timer = self._register_timer
         lateness = self._allowed_lateness  # without it, the cleanup timer is the trigger's timer
         shared_window = self._shared_window
-        for g, row in enumerate(heads.tolist()):
-            i = int(rows[row])
-            start = int(starts[row])
+        # each group's window start, key and key group as Python values, taken for the whole chunk at once
+        first_records = rows[heads]
+        head_starts = starts[heads].tolist()
+        head_keys = list(map(uniques.__getitem__, codes[first_records].tolist()))
+        head_kgs = kgs[first_records].tolist()
+        for start, key, kg, accumulator in zip(head_starts, head_keys, head_kgs, accumulators):
             window = shared_window(start)
-            backend.current_key = self._key = key_of(i)
-            backend.current_key_group = int(kgs[i])
+            backend.current_key = self._key = key
+            backend.current_key_group = kg
             contents.set_current_namespace(window)
-            if contents.add_accumulator(accumulators[g]):
+            if contents.add_accumulator(accumulator):
                 continue  # a pane the watermark has not passed: its first record registered its timers
             # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
             register_timer(EVENT_TIME, window.max_timestamp(), window)
