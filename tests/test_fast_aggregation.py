@@ -578,3 +578,67 @@ def test_a_rolling_sum_fed_by_a_timestamp_column_passes_the_timestamps_on(spark,
         outputs[column] = sorted(sink.results())
     assert outputs[True] == outputs[False]
     assert {r[2] for r in outputs[True]} == {r[1] for r in data}  # every record's own timestamp
+
+
+
+def test_the_end_of_a_bounded_spark_input_fires_every_subtask_s_windows_beside_another_source(spark, workdir):
+    """A JVM-routed keyed stage's input has no heartbeat rows: each subtask's task runs with or without
+    records. The epoch after a bounded input ends reads nothing (a second source's batch filters it
+    out of the job's one stream); every subtask still runs it and fires its remaining windows: the
+    results equal the sums of the input, window by window."""
+    path, other = workdir / "two-sources", workdir / "other-source"
+    data = [(f"k{i % 8}", epoch * 1000 + i * 7, i) for epoch in range(3) for i in range(40)]
+    for lo in range(0, len(data), 40):
+        spark.createDataFrame(data[lo:lo + 40], "key string, ts long, value long").coalesce(1) \
+            .write.mode("append").parquet(str(path))
+    spark.createDataFrame([(i,) for i in range(5)], "n long").coalesce(1).write.parquet(str(other))
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    events = spark.readStream.schema("key string, ts long, value long").option("maxFilesPerTrigger", 1) \
+        .parquet(str(path))
+    timed = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(
+        lambda r, _: r.ts)
+    sums, numbers = CollectSink(), CollectSink()
+    env.from_spark(events, bounded=True).assign_timestamps_and_watermarks(timed).key_by(lambda r: r.key) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(1000))).aggregate(Sum("value"), KeyedResult("sum")) \
+        .sink_to(sums)
+    env.from_spark(spark.readStream.schema("n long").parquet(str(other)), bounded=True).map(lambda r: r.n) \
+        .sink_to(numbers)
+    env.execute("two-sources")
+    expected = {}
+    for key, ts, value in data:
+        expected[(key, ts // 1000 * 1000)] = expected.get((key, ts // 1000 * 1000), 0) + value
+    assert {(key, start): total for _, key, start, total in sums.results()} == expected
+    assert len({key for key, _ in expected}) == 8 and sorted(numbers.results()) == list(range(5))
+
+
+def test_a_spark_keyed_stage_unioned_after_another_stage_keeps_its_subtasks(spark, workdir):
+    """When a JVM-routed keyed stage's output is unioned with another stage's before the next exchange,
+    Spark numbers the union's partitions on, so a task's partition id is not its subtask; such a stage
+    keeps its heartbeat rows. Here every key is on subtask 0, so subtask 1 never has a record of its
+    own, and the union puts the other source's stage first: the running sums are still exact."""
+    from keyspan.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
+
+    keys = [k for k in (f"k{i}" for i in range(40))
+            if compute_operator_index_for_key_group(128, 2, assign_to_key_group(k, 128)) == 0][:3]
+    sums_path, tags_path = workdir / "keyed", workdir / "tags"
+    data = [(keys[i % 3], i) for i in range(30)]
+    for lo in range(0, 30, 10):
+        spark.createDataFrame(data[lo:lo + 10], "key string, value long").coalesce(1).write.mode("append") \
+            .parquet(str(sums_path))
+        spark.createDataFrame([(f"t{lo}",)], "tag string").coalesce(1).write.mode("append").parquet(str(tags_path))
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    tags = env.from_spark(spark.readStream.schema("tag string").option("maxFilesPerTrigger", 1)
+                          .parquet(str(tags_path)), bounded=True).map(lambda r: ("tag", r.tag, 0))
+    sums = env.from_spark(spark.readStream.schema("key string, value long").option("maxFilesPerTrigger", 1)
+                          .parquet(str(sums_path)), bounded=True).key_by(lambda r: r.key).sum("value") \
+        .map(lambda r: ("sum", r.key, r.value))
+    sink = CollectSink()
+    tags.union(sums).key_by(lambda r: r[1]).map(lambda r: r).sink_to(sink)
+    env.execute("unioned-keyed")
+    running, expected = {}, []
+    for key, value in data:
+        running[key] = running.get(key, 0) + value
+        expected.append(("sum", key, running[key]))
+    got = sink.results()
+    assert sorted(r for r in got if r[0] == "sum") == sorted(expected)
+    assert sorted(r[1] for r in got if r[0] == "tag") == ["t0", "t10", "t20"]

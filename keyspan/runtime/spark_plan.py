@@ -50,6 +50,8 @@ class SparkStages:
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
         self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns, heartbeat rows, subtask column
+        self._unioned = _unioned_stages(plan)
+        self._last_epoch_on_spark: int | None = None
         self._functions: dict[int, object] = {}  # stage id → its mapInArrow function, a UDF column on the JVM
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -60,6 +62,7 @@ class SparkStages:
         self.plan = plan
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
         self._routing = {}
+        self._unioned = _unioned_stages(plan)
         self._functions = {}
         self.close()
 
@@ -151,12 +154,18 @@ class SparkStages:
 
         return batch_df.filter(F.col("_ks_src") == self._index[t.id]).select(*self._columns[t.id])
 
-    def _routed_by_key(self, stage, src):
-        """A JVM-routed stage's input: ``src`` with its key group and subtask columns, plus heartbeat
-        rows (one per subtask, key group -1: a subtask with no records still learns its index),
-        repartitioned by subtask. The columns and heartbeat rows are built once per plan and the
-        three steps go to the JVM as three calls: each PySpark step would convert its columns again,
-        several round trips to the JVM each, and an epoch's fixed cost is what bounds latency."""
+    def _routed_by_key(self, stage, src, heartbeat: bool):
+        """A JVM-routed stage's input: ``src`` with its key group and subtask columns, repartitioned by
+        subtask. Every subtask's task runs, with or without records, and learns its subtask from its
+        first row or else from Spark's partition id. ``heartbeat`` adds a row per subtask (key group
+        -1) where that is not enough: when Spark unions the stage's output with another's before an
+        exchange (partition ids count on), and when an epoch runs again (its last run lacked a
+        subtask's report: had a later Spark proved an input empty and run none of its tasks, this run
+        still reaches every subtask). Those rows are one more Spark task, which on a 2-core machine
+        waits for a core: about 5 % of a window job's time (docs/benchmarks.md). The columns and
+        heartbeat rows are built once per plan and the steps go to the JVM as single calls: each
+        PySpark step would convert its columns again, several round trips to the JVM each, and an
+        epoch's fixed cost is what bounds latency."""
         from pyspark.sql import DataFrame
 
         cached = self._routing.get(stage.plan.stage_id)
@@ -173,10 +182,11 @@ class SparkStages:
                 F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
             columns = src._jcols("*", kg.alias("_ks_kg"), sub.alias("_ks_sub"))
             cached = self._routing[stage.plan.stage_id] = (columns, heartbeat._jdf, F.col("_ks_sub")._jc)
-        columns, heartbeat, subtask = cached
-        routed = src._jdf.select(columns).unionByName(heartbeat, False).repartitionById(stage.plan.parallelism,
-                                                                                        subtask)
-        return DataFrame(routed, self.spark)
+        columns, heartbeat_rows, subtask = cached
+        routed = src._jdf.select(columns)
+        if heartbeat:
+            routed = routed.unionByName(heartbeat_rows, False)
+        return DataFrame(routed.repartitionById(stage.plan.parallelism, subtask), self.spark)
 
     def _rows_through(self, out, stage_id: int, exit_id: int):
         """The rows of stage ``stage_id``'s output that leave through ``exit_id``. When that is its only
@@ -238,6 +248,8 @@ class SparkStages:
         from pyspark.sql import functions as F
 
         plan = self.plan
+        rerun = ctx.epoch == self._last_epoch_on_spark  # the coordinator runs it again (``_routed_by_key``)
+        self._last_epoch_on_spark = ctx.epoch
         outputs = {}
         consumers = {s.plan.stage_id: 0 for s in plan.stages}
         for s in plan.stages:
@@ -255,7 +267,8 @@ class SparkStages:
             elif s.source is not None:
                 in_df = self._source_batch(batch_df, s.source)
             elif p.input_format == InputFormat.TYPED_KEYED:
-                in_df = self._routed_by_key(s, self._source_batch(batch_df, s.pushdown_source))
+                in_df = self._routed_by_key(s, self._source_batch(batch_df, s.pushdown_source),
+                                            heartbeat=rerun or p.stage_id in self._unioned)
             else:
                 parts = [self._rows_through(outputs[up], up, exit_id) for up, exit_id in s.inputs]
                 if s.broadcast_inputs:
@@ -282,6 +295,12 @@ class SparkStages:
         finally:
             for df in persisted:
                 df.unpersist()
+
+
+def _unioned_stages(plan: PhysicalPlan) -> set[int]:
+    """Stages whose output Spark unions with another stage's before an exchange: in the union, a task's
+    partition id counts on from the partitions before it, so it is not the subtask."""
+    return {up for s in plan.stages if len(s.inputs) > 1 or s.broadcast_inputs for up, _ in s.inputs}
 
 
 def _epoch_rows(result, in_driver: bool = False) -> EpochRows:

@@ -74,7 +74,9 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
             batches = source_reader(reader_bytes).read(ctx.reads[plan.stage_id][subtask])
         elif plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
             # A partition id is not the subtask once Spark unions stage outputs; every partition of an
-            # exchange carries rows addressed to it (control rows, or a heartbeat row) that say which.
+            # exchange then carries rows addressed to it (control rows, or a heartbeat row) that say
+            # which. A JVM-routed partition without rows is the subtask its partition id says
+            # (SparkStages._routed_by_key).
             batches = iter(batches)
             first = next((b for b in batches if b.num_rows), None)
             if first is not None:
