@@ -177,11 +177,11 @@ class SparkStages:
             kg = F.pmod(F.xxhash64(*[_jvm_key_column(schema, c) for c in p.key_fields]),
                         F.lit(p.max_parallelism)).cast("int")
             sub = F.floor(kg * p.parallelism / p.max_parallelism).cast("int")  # exact: small integers
-            heartbeat = self.spark.range(0, p.parallelism, 1, 1).select(  # one task, not one per core
+            beats = self.spark.range(0, p.parallelism, 1, 1).select(  # one task, not one per core
                 *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields],
                 F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
             columns = src._jcols("*", kg.alias("_ks_kg"), sub.alias("_ks_sub"))
-            cached = self._routing[stage.plan.stage_id] = (columns, heartbeat._jdf, F.col("_ks_sub")._jc)
+            cached = self._routing[stage.plan.stage_id] = (columns, beats._jdf, F.col("_ks_sub")._jc)
         columns, heartbeat_rows, subtask = cached
         routed = src._jdf.select(columns)
         if heartbeat:
