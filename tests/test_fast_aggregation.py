@@ -580,7 +580,6 @@ def test_a_rolling_sum_fed_by_a_timestamp_column_passes_the_timestamps_on(spark,
     assert {r[2] for r in outputs[True]} == {r[1] for r in data}  # every record's own timestamp
 
 
-
 def test_the_end_of_a_bounded_spark_input_fires_every_subtask_s_windows_beside_another_source(spark, workdir):
     """A JVM-routed keyed stage's input has no heartbeat rows: each subtask's task runs with or without
     records. The epoch after a bounded input ends reads nothing (a second source's batch filters it

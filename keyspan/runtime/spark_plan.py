@@ -50,7 +50,6 @@ class SparkStages:
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
         self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns, heartbeat rows, subtask column
-        self._unioned = _unioned_stages(plan)
         self._last_epoch_on_spark: int | None = None
         self._functions: dict[int, object] = {}  # stage id → its mapInArrow function, a UDF column on the JVM
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -62,7 +61,6 @@ class SparkStages:
         self.plan = plan
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
         self._routing = {}
-        self._unioned = _unioned_stages(plan)
         self._functions = {}
         self.close()
 
@@ -159,10 +157,9 @@ class SparkStages:
         subtask. Every subtask's task runs, with or without records, and learns its subtask from its
         first row or else from Spark's partition id. ``heartbeat`` adds a row per subtask (key group
         -1) where that is not enough: when Spark unions the stage's output with another's before an
-        exchange (partition ids count on), and when an epoch runs again (its last run lacked a
-        subtask's report: had a later Spark proved an input empty and run none of its tasks, this run
-        still reaches every subtask). Those rows are one more Spark task, which on a 2-core machine
-        waits for a core: about 5 % of a window job's time (docs/benchmarks.md). The columns and
+        exchange (a union numbers partitions on), and when an epoch runs again after a run that lacked
+        a subtask's report. Those rows are one more Spark task, which on a 2-core machine waits for a
+        core: about 5 % of a window job's time (docs/benchmarks.md). The columns and
         heartbeat rows are built once per plan and the steps go to the JVM as single calls: each
         PySpark step would convert its columns again, several round trips to the JVM each, and an
         epoch's fixed cost is what bounds latency."""
@@ -252,9 +249,12 @@ class SparkStages:
         self._last_epoch_on_spark = ctx.epoch
         outputs = {}
         consumers = {s.plan.stage_id: 0 for s in plan.stages}
+        unioned = set()  # stages whose output is unioned with another's: a partition id is not the subtask there
         for s in plan.stages:
             for up, _ in s.inputs:
                 consumers[up] += 1
+                if len(s.inputs) > 1 or s.broadcast_inputs:
+                    unioned.add(up)
             if not s.plan.has_downstream or any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 consumers[s.plan.stage_id] += 1
         persisted = []
@@ -268,7 +268,7 @@ class SparkStages:
                 in_df = self._source_batch(batch_df, s.source)
             elif p.input_format == InputFormat.TYPED_KEYED:
                 in_df = self._routed_by_key(s, self._source_batch(batch_df, s.pushdown_source),
-                                            heartbeat=rerun or p.stage_id in self._unioned)
+                                            heartbeat=rerun or p.stage_id in unioned)
             else:
                 parts = [self._rows_through(outputs[up], up, exit_id) for up, exit_id in s.inputs]
                 if s.broadcast_inputs:
@@ -295,12 +295,6 @@ class SparkStages:
         finally:
             for df in persisted:
                 df.unpersist()
-
-
-def _unioned_stages(plan: PhysicalPlan) -> set[int]:
-    """Stages whose output Spark unions with another stage's before an exchange: in the union, a task's
-    partition id counts on from the partitions before it, so it is not the subtask."""
-    return {up for s in plan.stages if len(s.inputs) > 1 or s.broadcast_inputs for up, _ in s.inputs}
 
 
 def _epoch_rows(result, in_driver: bool = False) -> EpochRows:
