@@ -28,7 +28,7 @@ class Model:
     """The queue as a list of (domain, timestamp, key) entries in the order they were queued, and the
     timers still pending: an entry whose timer was deleted (or fired) is stale and skipped. The queue
     is built at first use, and rebuilt at the next use after it was invalidated or after more entries
-    were queued than it was built with, plus ``slack``."""
+    are stale (their timers deleted, not yet popped) than it was built with, plus ``slack``."""
 
     def __init__(self, backend, slack: int):
         self.backend = backend
@@ -44,13 +44,14 @@ class Model:
             self.pending.add((domain, ts, key))
             if self.queue is not None:
                 self.queue.append((domain, ts, key))
-                self.until_rebuild -= 1
-                if self.until_rebuild < 0:
-                    self.queue = None
 
     def delete(self, domain, ts, key):
         self.active = True
-        self.pending.discard((domain, ts, key))
+        if (domain, ts, key) in self.pending:
+            self.pending.remove((domain, ts, key))
+            self.until_rebuild -= 1
+            if self.until_rebuild < 0:
+                self.queue = None
 
     def pop_due(self, domain, limit):
         self.active = True
@@ -64,6 +65,7 @@ class Model:
             if entry in self.pending:
                 self.pending.remove(entry)
                 return entry[1], entry[2]
+            self.until_rebuild += 1
 
     def next_processing_time(self):
         if not self.active:
@@ -157,6 +159,26 @@ def test_a_timer_deleted_and_set_again_on_every_record_leaves_the_queue_at_most_
     while (ts := timers.pop_due(PROCESSING_TIME, 10**9)) is not None:
         fired.append((ts, backend.current_key))
     assert sorted(fired) == sorted((ts, key) for key, ts in deadlines.items())
+
+
+def test_timers_that_only_fire_never_rebuild_the_queues():
+    """A window's end timer is registered once and fires once, leaving no stale entry: however many
+    come and go, the queues are never rebuilt from the timer state (a walk over every timer)."""
+    backend = HeapKeyedStateBackend("op", KEY_GROUPS)
+    timers = TimerService(backend)
+    _use_key(backend, KEYS[0])
+    timers.register_event_time_timer(0)
+    assert timers.pop_due(EVENT_TIME, 0) == 0
+    queues = timers._queues
+    fired = 0
+    for window_end in range(1, 3 * timers_module.QUEUE_SLACK // len(KEYS)):
+        for key in KEYS:
+            _use_key(backend, key)
+            timers.register_event_time_timer(window_end)
+        while timers.pop_due(EVENT_TIME, window_end) is not None:
+            fired += 1
+    assert fired > timers_module.QUEUE_SLACK + 1
+    assert timers._queues is queues
 
 
 def check_timers_against_the_model(backend, script, slack):

@@ -195,16 +195,16 @@ def _packed(section: dict) -> dict:
 
 
 def note_puts(section: dict, key_group: int, watched: dict | None, values_in_memory) -> dict:
-    """Add to ``watched`` (state name → list) a (key group, key, value, value before) for every key
-    ``section`` sets in that state, before a backend applies (and may consume) it: a catch-up queues
-    the timers of the keys it changed from these, instead of rebuilding the queues from every timer.
-    The value before is the key's value held in memory (the backend's ``values_in_memory``), or () if unknown."""
+    """Hand the changes ``section`` makes to each watched state to its watcher (state name → a callable
+    taking the key group, the puts, the deleted keys and the values before), before a backend applies
+    (and may consume) them: a catch-up queues the timers of the keys it changed, instead of rebuilding
+    the queues from every timer. The values before are the key group's values held in memory (the
+    backend's ``values_in_memory``, key → value), or None where the backend does not hold them."""
     if watched:
-        for name, puts in watched.items():
+        for name, noted in watched.items():
             entry = section.get(name)
             if entry is not None:
-                before = values_in_memory(name, key_group) or {}
-                puts.extend((key_group, key, value, before.get(key, ())) for key, value in entry[0].items())
+                noted(key_group, entry[0], entry[1], values_in_memory(name, key_group))
     return section
 
 

@@ -371,7 +371,7 @@ class WindowOperator(KeyedProcessFunction):
     def _register_timer(self, domain: int, time: int, window) -> None:
         windows = self._timer_windows(domain, time)
         if windows is None:
-            self._timer_service.set_timer_namespaces(domain, time, (window,))
+            self._timer_service.set_timer_namespaces(domain, time, (window,), new=True)
         elif window not in windows:
             self._timer_service.set_timer_namespaces(domain, time, (*windows, window))
 

@@ -208,10 +208,7 @@ def catch_up(inst: OperatorInstance, ctx) -> int | None:
 
 def apply_deltas(inst: OperatorInstance, deltas: list, storage) -> int:
     """Apply other attempts' deltas to a cached instance, its timer queues kept in step; the bytes read."""
-    timer_puts = {TIMER_STATE: []}
-    read = state_io.apply_keyed(inst.backend, deltas, inst.key_groups, storage, timer_puts)
-    inst.timers.requeue(timer_puts[TIMER_STATE])
-    return read
+    return state_io.apply_keyed(inst.backend, deltas, inst.key_groups, storage, {TIMER_STATE: inst.timers.requeue})
 
 
 def _initialize(inst: OperatorInstance, ctx, subtask: int, parallelism: int) -> int:

@@ -19,10 +19,10 @@ from keyspan.datastream import timerservice
 from keyspan.common.clock import LONG_MIN, wall_clock_ms
 from keyspan.state.api import EVENT_TIME, PROCESSING_TIME, TIMER_STATE, MapStateDescriptor  # noqa: F401
 
-# A deleted or re-queued timer leaves its old queue entry behind until its time comes. After as many
-# new entries as the queues were built with (plus this many), they are rebuilt from the timer state:
-# the stale entries stay fewer than the timers (plus this), and each rebuild's cost is paid for by
-# the entries queued since the last one.
+# A deleted or re-queued timer leaves its old queue entry behind until its time comes. Once the stale
+# entries in the queues outnumber the timers they were built with (plus this many), the queues are
+# rebuilt from the timer state; each rebuild's cost is paid for by the entries that went stale since
+# the last one. Timers that are registered and fire (a window's end) leave nothing stale.
 QUEUE_SLACK = 10_000
 
 
@@ -33,7 +33,7 @@ class TimerService(timerservice.TimerService):
         self._backend = backend
         self._state = None
         self._queues: tuple[DueQueue, DueQueue] | None = None
-        self._entries_until_rebuild = 0
+        self._stale_until_rebuild = 0
         self.watermark = LONG_MIN
         self.fired_namespaces = None  # the namespaces of the timer ``pop_due`` returned last
 
@@ -71,37 +71,51 @@ class TimerService(timerservice.TimerService):
         if self.active:
             self._ensure_queues()
 
-    def requeue(self, puts) -> None:
-        """Restored deltas set the timers of some keys, ``puts``: (key group, key, its timers, its timers
-        before) tuples. Queue the new ones instead of rebuilding the queues from every timer: every timer
-        in state is queued already. Where the timers before are unknown (``()``), a timer queued already
-        is queued twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
+    def requeue(self, key_group: int, puts: dict, deletes, before) -> None:
+        """A restored delta sets the timers of some keys of ``key_group`` (``puts``: key → its timers) and
+        deletes those of others, which held ``before`` (key → timers; None when unknown). Queue the new
+        timers instead of rebuilding the queues from every timer: every timer in state is queued already.
+        The timers it removed leave stale entries. Where the timers before are unknown, a timer queued
+        already is queued twice; ``pop_due`` fires the first entry and skips the other, as any stale one."""
         if self._queues is None:
             return
         queues = self._queues
-        queued = 0
-        for kg, key, timers, before in puts:
+        if before is None:
+            for key, timers in puts.items():
+                for entry in timers:
+                    queues[entry[0]].push(entry[1], key_group, key)
+            self._staled(sum(map(len, puts.values())) + len(deletes))
+            return
+        stale = 0
+        for key, timers in puts.items():
+            old = before.get(key, ())
+            kept = 0
             for entry in timers:
-                if entry not in before:
-                    queues[entry[0]].push(entry[1], kg, key)
-                    queued += 1
-        self._queued(queued)
+                if entry in old:
+                    kept += 1
+                else:
+                    queues[entry[0]].push(entry[1], key_group, key)
+            stale += len(old) - kept
+        for key in deletes:
+            stale += len(before.get(key, ()))
+        self._staled(stale)
 
     def timer_namespaces(self, domain: int, timestamp: int):
         """The namespaces of the current key's timer at (``domain``, ``timestamp``): a tuple, True for a
         timer registered without any, or None when there is no such timer."""
         return self._timer_state().get((domain, timestamp))
 
-    def set_timer_namespaces(self, domain: int, timestamp: int, namespaces: tuple) -> None:
-        """Make the current key's timer at (``domain``, ``timestamp``) hold ``namespaces``: registered
-        if new, deleted if ``namespaces`` is empty."""
+    def set_timer_namespaces(self, domain: int, timestamp: int, namespaces: tuple, new: bool = False) -> None:
+        """Make the current key's timer at (``domain``, ``timestamp``) hold ``namespaces``, deleted if they
+        are empty. ``new``: there is no such timer (``timer_namespaces`` gave None), so it is registered."""
         timestamp = _check_timestamp(timestamp)
         state = self._timer_state()
         entry = (domain, timestamp)
         if not namespaces:
-            state.remove(entry)
+            if not new:
+                state.remove(entry)
+                self._staled(1)
             return
-        new = not state.contains(entry)
         state.put(entry, namespaces)
         if new:
             self._enqueue(domain, timestamp)
@@ -121,10 +135,12 @@ class TimerService(timerservice.TimerService):
             b.current_key = key
             entry = (domain, timestamp)
             namespaces = state.get(entry)
-            if namespaces is not None:  # else deleted, or fired already (a stale queue entry)
-                state.remove(entry)
-                self.fired_namespaces = namespaces
-                return timestamp
+            if namespaces is None:  # deleted, or fired already: a stale entry, gone now
+                self._stale_until_rebuild += 1
+                continue
+            state.remove(entry)
+            self.fired_namespaces = namespaces
+            return timestamp
 
     def next_processing_time(self) -> int | None:
         if not self.active:
@@ -150,17 +166,18 @@ class TimerService(timerservice.TimerService):
         if self._queues is not None:
             b = self._backend
             self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
-            self._queued(1)
 
     def _delete(self, domain: int, timestamp) -> None:
         timestamp = _check_timestamp(timestamp)
         state = self._timer_state()
         if state.contains((domain, timestamp)):
             state.remove((domain, timestamp))
+            self._staled(1)
 
-    def _queued(self, entries: int) -> None:
-        self._entries_until_rebuild -= entries
-        if self._entries_until_rebuild < 0:
+    def _staled(self, entries: int) -> None:
+        """``entries`` more queue entries no longer match a timer."""
+        self._stale_until_rebuild -= entries
+        if self._stale_until_rebuild < 0:
             self._queues = None  # rebuilt at next use, without the stale entries
 
     def _ensure_queues(self) -> tuple[DueQueue, DueQueue]:
@@ -172,7 +189,7 @@ class TimerService(timerservice.TimerService):
                 queues[domain].push(timestamp, kg, key)
                 timers += 1
             self._queues = queues
-            self._entries_until_rebuild = timers + QUEUE_SLACK
+            self._stale_until_rebuild = timers + QUEUE_SLACK
         return self._queues
 
 
