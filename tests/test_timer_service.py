@@ -210,3 +210,34 @@ def check_timers_against_the_model(backend, script, slack):
             timers.invalidate()  # the state changed under the queues: they are rebuilt from it
             model.invalidate()
         assert timers.next_processing_time() == model.next_processing_time()
+
+
+@pytest.mark.parametrize("backend_kind", ["heap", "rocksdb"])
+def test_a_fired_timer_is_taken_from_state_in_one_step_and_a_rollback_restores_it(backend_kind, tmp_path):
+    """``pop_due`` takes the fired timer's entry (``_entry_take``: its namespaces, then gone); the undo log
+    still brings it back when the epoch rolls back."""
+    if backend_kind == "heap":
+        backend = HeapKeyedStateBackend("op", KEY_GROUPS)
+    else:
+        backend = EmbeddedRocksDBStateBackend().create_keyed_backend("op", KEY_GROUPS, local_dir=str(tmp_path))
+    try:
+        timers = TimerService(backend)
+        for key in KEYS[:2]:
+            _use_key(backend, key)
+            timers.set_timer_namespaces(EVENT_TIME, 10, ("w1", "w2"), new=True)
+            timers.register_event_time_timer(20)
+        backend.confirm()
+        assert timers.pop_due(EVENT_TIME, 10) == 10 and timers.fired_namespaces == ("w1", "w2")
+        fired_key = backend.current_key
+        assert timers.timer_namespaces(EVENT_TIME, 10) is None
+        assert timers.timer_namespaces(EVENT_TIME, 20) is True  # the key's other timer stays
+        backend.rollback()
+        timers.invalidate()
+        _use_key(backend, fired_key)
+        assert timers.timer_namespaces(EVENT_TIME, 10) == ("w1", "w2")
+        fired = []
+        while timers.pop_due(EVENT_TIME, 20) is not None:
+            fired.append((backend.current_key, timers.fired_namespaces))
+        assert sorted(fired, key=repr) == [("a", ("w1", "w2")), ("a", True), ("b", ("w1", "w2")), ("b", True)]
+    finally:
+        backend.close()

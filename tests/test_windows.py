@@ -61,6 +61,7 @@ from keyspan.datastream.window import (
     TriggerResult,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
+    WindowOperationDescriptor,
 )
 from keyspan.datastream.window_operator import AllWindowedStream, WindowedStream, count_window
 from keyspan.runtime.operators.window import WindowOperator
@@ -991,6 +992,80 @@ def test_event_time_windows_on_spark_match_references(env, per_epoch, backend):
         ref[(key, start, start + 200)].append(value)
     assert sorted(by_name["tumbling-apply"]) == \
         sorted(((k, s, e, len(vs), sorted(vs)), e - 1) for (k, s, e), vs in ref.items())
+
+
+class AtWindowEnd(EventTimeTrigger):
+    """Fires exactly as EventTimeTrigger does; not being that very class, its windows fire one timer
+    at a time through ``on_timer``."""
+
+
+class FailsForKey(ProcessWindowFunction):
+    def __init__(self, key):
+        self.key = key
+
+    def process(self, key, context, elements):
+        if key == self.key:
+            raise ValueError(f"no result for {key}")
+        yield key, context.window().start
+
+
+def test_windows_fired_in_bulk_at_their_end_match_windows_fired_timer_by_timer(env):
+    """A tumbling or sliding event-time window without lateness fires at its end in bulk
+    (``fire_window_ends``, more windows than one bulk call takes); the same windows behind a trigger
+    that only behaves like EventTimeTrigger fire timer by timer. Same results, same timestamps."""
+    from keyspan.runtime.worker.task import FIRING_BATCH
+
+    keys = [f"k{i}" for i in range(FIRING_BATCH + 300)]
+    data = [(key, ts, i + ts) for i, key in enumerate(keys) for ts in (10, 120, 130)]  # two windows per key
+    env.set_parallelism(1)
+    keyed = with_timestamps(env, data, 0).key_by(lambda r: r[0])
+    outputs = []
+    for trigger in (EventTimeTrigger(), AtWindowEnd()):
+        for name, assigner in (("tumbling", TumblingEventTimeWindows.of(Time.milliseconds(100))),
+                               ("sliding", SlidingEventTimeWindows.of(Time.milliseconds(100), Time.milliseconds(50)))):
+            windowed = keyed.window(assigner).trigger(trigger)
+            outputs.append(windowed.aggregate(SumValues(), WindowAndResult())
+                           .process(Stamped(f"{name}-{type(trigger).__name__}")))
+    out = list(outputs[0].union(*outputs[1:]).execute_and_collect())
+    by_name = defaultdict(list)
+    for name, value, ts in out:
+        by_name[name].append((value, ts))
+    for name, size, slide in (("tumbling", 100, 100), ("sliding", 100, 50)):
+        ref = reference_time_windows(data, size, slide)
+        expected = sorted(((k, s, e, (sum(vs), len(vs))), e - 1) for (k, s, e), vs in ref.items())
+        assert len(expected) > FIRING_BATCH
+        assert sorted(by_name[f"{name}-EventTimeTrigger"]) == expected
+        assert sorted(by_name[f"{name}-AtWindowEnd"]) == expected
+
+
+def test_only_windows_that_fire_and_clean_at_their_end_are_fired_in_bulk():
+    def operator(assigner, trigger=None, lateness=0):
+        trigger = trigger or assigner.get_default_trigger(None)
+        return WindowOperator(WindowOperationDescriptor(assigner, trigger, lateness, None,
+                                                        ReducingStateDescriptor("window-contents", _sum3), None, True))
+
+    tumbling = TumblingEventTimeWindows.of(Time.milliseconds(100))
+    assert operator(tumbling).event_time_firing is not None
+    assert operator(SlidingEventTimeWindows.of(Time.milliseconds(100), Time.milliseconds(50))).event_time_firing is not None
+    assert operator(tumbling, AtWindowEnd()).event_time_firing is None
+    assert operator(tumbling, lateness=10).event_time_firing is None
+    assert operator(EventTimeSessionWindows.with_gap(Time.milliseconds(60))).event_time_firing is None
+    assert operator(TumblingProcessingTimeWindows.of(Time.milliseconds(100))).event_time_firing is None
+
+
+def test_a_window_function_failing_in_a_bulk_firing_names_the_operator_the_timer_and_the_key(env):
+    from keyspan.runtime.executor import JobExecutionError
+
+    data = [(f"k{i}", 10 * i, i) for i in range(20)]
+    with_timestamps(env, data, 0).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(100))).process(FailsForKey("k13")) \
+        .name("per-key-windows").print()
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("failing-window")
+    message = str(info.value)
+    assert "operator 'per-key-windows'" in message
+    assert "on_timer(199) for key 'k13'" in message
+    assert "ValueError: no result for k13" in message
 
 
 class CountPerWindow(ProcessWindowFunction[tuple, tuple, str, TimeWindow]):

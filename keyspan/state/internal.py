@@ -14,7 +14,8 @@ A cell mixin provides, for the slot of the current key (and namespace):
 * ``_append(items)`` — extend the stored list;
 * map states, per entry of the slot's map: ``_entry_load(k)``, ``_entry_contains(k)``,
   ``_entry_store(k, stored)``, ``_entry_delete(k)``, ``_entries()`` ((k, stored) pairs),
-  ``_entries_update(puts, deletes)``; ``_delete()`` drops the whole map;
+  ``_entries_update(puts, deletes)``; ``_delete()`` drops the whole map; ``_entry_take(k)``
+  (load and delete, as the timer service fires a timer) has a default made of those two;
 * TTL form of a value or map entry: ``_stamped(value, ts)``, ``_timestamp_of(stored)``,
   ``_value_of(stored)``, ``_restamped(stored, ts)`` — the heap keeps ``TtlValue`` objects, RocksDB
   tagged bytes whose timestamp it reads without unpickling the value;
@@ -126,6 +127,13 @@ class InternalMapState(MapState):
     def remove(self, key) -> None:
         self._entry_delete(key)
 
+    def _entry_take(self, key):
+        """The stored entry of ``key``, deleted; None without one."""
+        stored = self._entry_load(key)
+        if stored is not None:
+            self._entry_delete(key)
+        return stored
+
     def contains(self, key) -> bool:
         return self._entry_contains(key)
 
@@ -216,6 +224,8 @@ class NamespaceMixin(DictEntryReads):
     for the cells of a namespaced state (they read ``self._ns``)."""
 
     __slots__ = ()
+
+    _entry_take = InternalMapState._entry_take  # not a backend's own: that reads the key's map, not the namespace's
 
     # a namespaced map state keeps one dict per (key, namespace), replaced on every change
     def _entry_store(self, key, stored) -> None:

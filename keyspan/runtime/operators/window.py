@@ -538,6 +538,36 @@ class WindowOperator(KeyedProcessFunction):
             return self._fire_and_clear(windows[0])
         return self._on_window_timers(windows, timestamp, event_time, ctx)
 
+    @property
+    def event_time_firing(self):
+        """``fire_window_ends`` when every event-time timer of this operator is a window's end that
+        fires and cleans the window (``_fires_and_cleans_at_end``); else None."""
+        return self.fire_window_ends if self._fires_and_cleans_at_end else None
+
+    def fire_window_ends(self, timers, watermark: int, ctx, emit, limit: int) -> bool:
+        """The task's firing loop over this operator's event-time timers up to ``watermark``, at most
+        ``limit`` of them: each window's results go to ``emit`` stamped with its end, with one call per
+        window instead of one per layer (``on_timer``, ``_fire_and_clear``). ``ctx`` is the task's
+        on_timer context: ``ctx.firing`` says which timer fired last, should a call fail. Whether it
+        stopped at ``limit``, so more may be due."""
+        self._timer_service = timers
+        cell = ctx._cell
+        fire_and_clear = self._fire_and_clear
+        for _ in range(limit):
+            ts = timers.pop_due(EVENT_TIME, watermark)
+            if ts is None:
+                return False
+            ctx.firing = cell[0] = ts
+            windows = timers.fired_namespaces
+            if windows is True or len(windows) != 1 or ts != windows[0].max_timestamp():
+                results = self.on_timer(ts, ctx)  # restored from before timers held their windows
+            else:
+                self._key = ctx.get_current_key()
+                results = fire_and_clear(windows[0])
+            for result in results:
+                emit(result)
+        return True
+
     def _on_window_timers(self, windows, timestamp: int, event_time: bool, ctx):
         for window in windows:
             yield from self._on_window_timer(window, timestamp, event_time, ctx)

@@ -37,6 +37,7 @@ from keyspan.runtime.protocol import (
     FLUSH_RECORDS,
     OUTPUT_SCHEMA,
     EpochContext,
+    UserFunctionError,
     decode_context,
     user_error,
 )
@@ -46,6 +47,7 @@ from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
 
 _PLANS: dict[str, StagePlan] = {}
+FIRING_BATCH = 1024  # windows an operator fires between two looks at the exits' buffers
 _READERS: dict[bytes, object] = {}  # a source stage's pickled SourceReader → the reader
 
 
@@ -379,12 +381,27 @@ class StageTask(OperatorChain):
         timers.watermark = watermark
         inst.backend.current_watermark = watermark
         backend = inst.backend
-        on_timer = emitting(op, self.subtask, inst.function.on_timer, emit,
-                            describe=lambda ts: f"on_timer({ts}) for key {backend.current_key!r}")
+        describe = lambda ts: f"on_timer({ts}) for key {backend.current_key!r}"  # noqa: E731
+        on_timer = emitting(op, self.subtask, inst.function.on_timer, emit, describe=describe)
+        fire_window_ends = getattr(inst.function, "event_time_firing", None)
         cell = self.ts_cell
         while True:
             domain = TimeDomain.EVENT_TIME
-            ts = timers.pop_due(EVENT_TIME, watermark)
+            if fire_window_ends is not None:  # a window operator fires its windows' ends itself
+                ctx.domain = domain
+                try:
+                    more = fire_window_ends(timers, watermark, ctx, emit, FIRING_BATCH)
+                except UserFunctionError:
+                    raise
+                except Exception as exc:
+                    raise user_error(op, self.subtask, exc, method=describe(ctx.firing)) from exc
+                if self._buffered() >= FLUSH_RECORDS:
+                    self._flush_exits()
+                if more:
+                    continue
+                ts = None
+            else:
+                ts = timers.pop_due(EVENT_TIME, watermark)
             if ts is None:
                 domain = TimeDomain.PROCESSING_TIME
                 ts = timers.pop_due(PROCESSING_TIME, wall_clock_ms())

@@ -134,11 +134,10 @@ class TimerService(timerservice.TimerService):
             b.current_key_group = kg
             b.current_key = key
             entry = (domain, timestamp)
-            namespaces = state.get(entry)
+            namespaces = state._entry_take(entry)
             if namespaces is None:  # deleted, or fired already: a stale entry, gone now
                 self._stale_until_rebuild += 1
                 continue
-            state.remove(entry)
             self.fired_namespaces = namespaces
             return timestamp
 

@@ -106,6 +106,23 @@ class HeapCell(DictEntryReads):
         if not m:
             del group[current]
 
+    def _entry_take(self, key):
+        """``_entry_delete`` that returns the entry: one lookup of the key's map."""
+        b = self._backend
+        table = self._table
+        kg, current = b.current_key_group, b.current_key
+        m = table.groups[kg - table.start].get(current)
+        if m is None:
+            return None
+        stored = m.get(key)
+        if stored is None:
+            return None
+        group = table.touch(kg, current, dict)  # the undo log copies the map; ``m`` stays the live one
+        del m[key]
+        if not m:
+            del group[current]
+        return stored
+
     def _entries_update(self, puts: dict, deletes) -> None:
         if not puts and not deletes:
             return
