@@ -35,7 +35,13 @@ from keyspan.datastream.functions import (
     WindowFunction,
 )
 from keyspan.datastream.output_tag import OutputTag
-from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor
+from keyspan.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from keyspan.datastream.window import (
     MAX_LONG_VALUE,
     MIN_LONG_VALUE,
@@ -1036,6 +1042,40 @@ def test_windows_fired_in_bulk_at_their_end_match_windows_fired_timer_by_timer(e
         assert len(expected) > FIRING_BATCH
         assert sorted(by_name[f"{name}-EventTimeTrigger"]) == expected
         assert sorted(by_name[f"{name}-AtWindowEnd"]) == expected
+
+
+@pytest.mark.parametrize("backend_kind", ["heap", "rocksdb"])
+def test_a_pane_read_and_dropped_in_one_step_is_gone_and_a_rollback_brings_it_back(backend_kind, tmp_path):
+    """``get_and_clear`` (how a pane is fired at its window's end) on list, reducing and aggregating
+    window contents: the value ``get`` gave, then nothing, on this namespace only; undone by a rollback."""
+    if backend_kind == "heap":
+        backend = HeapKeyedStateBackend("op", range(0, 4))
+    else:
+        backend = EmbeddedRocksDBStateBackend().create_keyed_backend("op", range(0, 4), local_dir=str(tmp_path))
+    try:
+        backend.current_key, backend.current_key_group = "k", 1
+        first, second = TimeWindow(0, 10), TimeWindow(10, 20)
+        for descriptor, values, expected in (
+                (ListStateDescriptor("list"), [("k", 1, 2), ("k", 2, 3)], [("k", 1, 2), ("k", 2, 3)]),
+                (ReducingStateDescriptor("reducing", _sum3), [("k", 1, 2), ("k", 2, 3)], ("k", 2, 5)),
+                (AggregatingStateDescriptor("aggregating", SumValues()), [("k", 1, 2), ("k", 2, 3)], (5, 2))):
+            state = backend.get_state(namespaced(descriptor))
+            for window in (first, second):
+                state.set_current_namespace(window)
+                for value in values:
+                    state.add(value)
+            backend.confirm()
+            state.set_current_namespace(first)
+            assert state.get_and_clear() == expected
+            assert state.get() in (None, [])
+            assert state.get_and_clear() in (None, [])
+            state.set_current_namespace(second)
+            assert state.get() == expected
+            backend.rollback()
+            state.set_current_namespace(first)
+            assert state.get() == expected
+    finally:
+        backend.close()
 
 
 def test_only_windows_that_fire_and_clean_at_their_end_are_fired_in_bulk():

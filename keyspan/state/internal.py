@@ -23,7 +23,9 @@ A cell mixin provides, for the slot of the current key (and namespace):
   (after a TTL write: RocksDB's compaction-filter emulation);
 * ``_private(value)`` — a copy the caller may change (namespaced heap states share stored values
   with the undo log);
-* ``_backend`` (the ``KeyedStateBackend``: clocks, operator name) and ``_name`` (the state's name).
+* ``_backend`` (the ``KeyedStateBackend``: clocks, operator name) and ``_name`` (the state's name);
+* namespaced cells: ``_take()`` → the stored value, deleted (``NamespaceMixin`` has a default made of
+  ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step.
 
 Namespaces (PyFlink's ``fn_execution/internal_state.py``): a state registered with a descriptor
 from ``namespaced(descriptor)`` keeps one value per (key, namespace) — laid out like a map state
@@ -84,6 +86,11 @@ class InternalListState(ListState):
 
     def get(self):
         value = self._load()
+        return [] if value is None else value
+
+    def get_and_clear(self):
+        """``get``, then ``clear``, in one step (namespaced states: the window operator's firing)."""
+        value = self._take()
         return [] if value is None else value
 
     def add(self, value) -> None:
@@ -159,6 +166,9 @@ class InternalReducingState(ReducingState):
     def get(self):
         return self._load()
 
+    def get_and_clear(self):
+        return self._take()
+
     def add(self, value) -> None:
         current = self._load_for_update()
         self._store(value if current is None else self._reduce(current, value))
@@ -175,6 +185,10 @@ class InternalAggregatingState(AggregatingState):
 
     def get(self):
         acc = self._load()
+        return None if acc is None else self._agg.get_result(acc)
+
+    def get_and_clear(self):
+        acc = self._take()
         return None if acc is None else self._agg.get_result(acc)
 
     def add(self, value) -> None:
@@ -226,6 +240,12 @@ class NamespaceMixin(DictEntryReads):
     __slots__ = ()
 
     _entry_take = InternalMapState._entry_take  # not a backend's own: that reads the key's map, not the namespace's
+
+    def _take(self):
+        stored = self._load()
+        if stored is not None:
+            self._delete()
+        return stored
 
     # a namespaced map state keeps one dict per (key, namespace), replaced on every change
     def _entry_store(self, key, stored) -> None:

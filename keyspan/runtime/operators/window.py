@@ -575,14 +575,19 @@ class WindowOperator(KeyedProcessFunction):
     def _fire_and_clear(self, window):
         """An event-time trigger's end-of-window timer that is also the window's cleanup timer (no
         allowed lateness, no merging): what ``_on_window_timer`` does for it, without asking the
-        trigger, whose answer is always the same (FIRE). The results carry the timer's timestamp,
-        the window's max timestamp, as ``_emit`` would stamp them."""
-        pane = self._pane(window)
+        trigger, whose answer is always the same (FIRE), and with the pane read and dropped in one
+        step. The results carry the timer's timestamp, the window's max timestamp, as ``_emit``
+        would stamp them."""
+        contents = self._contents
+        contents.set_current_namespace(window)
+        pane = contents.get_and_clear()
+        if not pane and self._contents_are_list:
+            pane = None  # an empty list state reads as null
         function = self._window_function
         results = () if pane is None else function.process(self._key, window, self._process_ctx, pane)
-        if function.takes_context:  # its clear() (in _clear_all_state) comes after its process(), as in Flink
+        if function.takes_context:  # its clear() comes after its process(), as in Flink
             results = list(results)
-        self._clear_all_state(window, window, None, trigger_timer_fired=True)
+            function.clear(window, self._process_ctx)
         return results
 
     def _on_window_timer(self, window, timestamp: int, event_time: bool, ctx):

@@ -154,16 +154,23 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         self._key_dict()[self._ns] = stored
 
     def _delete(self) -> None:
+        self._take()
+
+    def _take(self):
         b = self._backend
         table = self._table
         kg, current = b.current_key_group, b.current_key
         slots = table.groups[kg - table.start].get(current)
-        if slots is None or self._ns not in slots:
-            return
+        if slots is None:
+            return None
+        stored = slots.get(self._ns)
+        if stored is None:
+            return None
         group = table.touch(kg, current, dict)  # the undo log copies the namespaces; ``slots`` stays live
         del slots[self._ns]
         if not slots:
             del group[current]
+        return stored
 
     def _load_for_update(self):
         stored = self._load()
