@@ -46,8 +46,8 @@ from keyspan.runtime.worker.chain import OperatorChain, emitting
 from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
 
-_PLANS: dict[str, StagePlan] = {}
 FIRING_BATCH = 1024  # windows an operator fires between two looks at the exits' buffers
+_PLANS: dict[str, StagePlan] = {}
 _READERS: dict[bytes, object] = {}  # a source stage's pickled SourceReader → the reader
 
 
@@ -381,7 +381,10 @@ class StageTask(OperatorChain):
         timers.watermark = watermark
         inst.backend.current_watermark = watermark
         backend = inst.backend
-        describe = lambda ts: f"on_timer({ts}) for key {backend.current_key!r}"  # noqa: E731
+
+        def describe(ts):
+            return f"on_timer({ts}) for key {backend.current_key!r}"
+
         on_timer = emitting(op, self.subtask, inst.function.on_timer, emit, describe=describe)
         fire_window_ends = getattr(inst.function, "event_time_firing", None)
         cell = self.ts_cell
