@@ -14,8 +14,8 @@ A cell mixin provides, for the slot of the current key (and namespace):
 * ``_append(items)`` — extend the stored list;
 * map states, per entry of the slot's map: ``_entry_load(k)``, ``_entry_contains(k)``,
   ``_entry_store(k, stored)``, ``_entry_delete(k)``, ``_entries()`` ((k, stored) pairs),
-  ``_entries_update(puts, deletes)``; ``_delete()`` drops the whole map; ``_entry_take(k)``
-  (load and delete, as the timer service fires a timer) has a default made of those two;
+  ``_entries_update(puts, deletes)``; ``_delete()`` drops the whole map; plain (not namespaced)
+  map cells also ``_entry_take(k)``: load and delete in one step, as the timer service fires a timer;
 * TTL form of a value or map entry: ``_stamped(value, ts)``, ``_timestamp_of(stored)``,
   ``_value_of(stored)``, ``_restamped(stored, ts)`` — the heap keeps ``TtlValue`` objects, RocksDB
   tagged bytes whose timestamp it reads without unpickling the value;
@@ -134,13 +134,6 @@ class InternalMapState(MapState):
     def remove(self, key) -> None:
         self._entry_delete(key)
 
-    def _entry_take(self, key):
-        """The stored entry of ``key``, deleted; None without one."""
-        stored = self._entry_load(key)
-        if stored is not None:
-            self._entry_delete(key)
-        return stored
-
     def contains(self, key) -> bool:
         return self._entry_contains(key)
 
@@ -238,8 +231,6 @@ class NamespaceMixin(DictEntryReads):
     for the cells of a namespaced state (they read ``self._ns``)."""
 
     __slots__ = ()
-
-    _entry_take = InternalMapState._entry_take  # not a backend's own: that reads the key's map, not the namespace's
 
     def _take(self):
         stored = self._load()

@@ -95,30 +95,18 @@ class HeapCell(DictEntryReads):
         self._key_dict()[key] = stored
 
     def _entry_delete(self, key) -> None:
+        self._entry_take(key)
+
+    def _entry_take(self, key):
+        """The entry of ``key``, deleted (None without one): one lookup of the key's map."""
         b = self._backend
         table = self._table
         kg, current = b.current_key_group, b.current_key
         m = table.groups[kg - table.start].get(current)
         if m is None or key not in m:
-            return
-        group = table.touch(kg, current, dict)  # the undo log copies the map; ``m`` stays the live one
-        del m[key]
-        if not m:
-            del group[current]
-
-    def _entry_take(self, key):
-        """``_entry_delete`` that returns the entry: one lookup of the key's map."""
-        b = self._backend
-        table = self._table
-        kg, current = b.current_key_group, b.current_key
-        m = table.groups[kg - table.start].get(current)
-        if m is None:
-            return None
-        stored = m.get(key)
-        if stored is None:
             return None
         group = table.touch(kg, current, dict)  # the undo log copies the map; ``m`` stays the live one
-        del m[key]
+        stored = m.pop(key)
         if not m:
             del group[current]
         return stored
@@ -157,20 +145,8 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         self._take()
 
     def _take(self):
-        b = self._backend
-        table = self._table
-        kg, current = b.current_key_group, b.current_key
-        slots = table.groups[kg - table.start].get(current)
-        if slots is None:
-            return None
-        stored = slots.get(self._ns)
-        if stored is None:
-            return None
-        group = table.touch(kg, current, dict)  # the undo log copies the namespaces; ``slots`` stays live
-        del slots[self._ns]
-        if not slots:
-            del group[current]
-        return stored
+        # a key's namespaces are laid out as a map's entries are
+        return HeapCell._entry_take(self, self._ns)
 
     def _load_for_update(self):
         stored = self._load()

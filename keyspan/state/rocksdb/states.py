@@ -324,13 +324,18 @@ class RocksDBMapCell(RocksDBCell):
         self._db.put(k, raw)
 
     def _entry_delete(self, key) -> None:
+        self._entry_take(key, decode=False)
+
+    def _entry_take(self, key, decode: bool = True):
+        """The entry of ``key``, deleted (None without one): one read."""
         prefix = self._prefix()
         k = prefix + encode_key(key)
         old = self._db.get(k)
         if old is None:
-            return
+            return None
         self._backend._touch_map(prefix, k, old)
         self._db.delete(k)
+        return self._dec(old) if decode else None
 
     def _entries(self):
         prefix = self._prefix()
