@@ -530,6 +530,57 @@ def test_object_cache_reads_are_copies_and_large_values_take_the_byte_cache(make
     assert v.value() == 7 and b.all_sections() == {kg: {"v": ({"k": 7}, [])}}
 
 
+def test_a_catch_up_changes_only_the_cached_values_of_the_keys_it_names(make_rocks):
+    """Another worker's epoch applied here writes RocksDB directly; the object cache takes the new
+    numbers and deletes, drops the keys given other values, and keeps every other key it holds, so
+    the next chunk reads only those from RocksDB."""
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    keys = [f"k{i}" for i in range(12)]
+    for i, k in enumerate(keys):
+        at(b, k)
+        v.update(i)
+    b.confirm()
+    assert set(v._values) == set(keys)
+    changed = {"k0": 100, "k1": [1, 2], "k2": None}
+    sections: dict = {}
+    for k, value in changed.items():
+        puts, deletes = sections.setdefault(assign_to_key_group(k, MAX_P), {}).setdefault("v", ({}, []))
+        deletes.append(k) if value is None else puts.__setitem__(k, value)
+    for kg, section in sections.items():
+        b.restore_payload(kg, encode_section(section, "op", kg))
+    kept = {k: i for i, k in enumerate(keys) if k not in changed}
+    assert v._values == {**kept, "k0": 100, "k2": None}  # k1 holds a list now: read again when used
+    assert [(at(b, k), v.value())[1] for k in keys] == [100, [1, 2], None, *range(3, 12)]
+    fresh = make_rocks()
+    for kg, payload in b.full_sections().items():
+        fresh.restore_payload(kg, payload)
+    vf = fresh.get_state(ValueStateDescriptor("v"))
+    assert [(at(fresh, k), vf.value())[1] for k in keys] == [100, [1, 2], None, *range(3, 12)]
+
+
+def test_the_object_cache_outlives_epochs_and_forgets_the_values_cached_first(make_rocks):
+    """Confirmed values stay cached for the next epoch; when a chunk's keys do not fit the limit, the
+    values cached first go, down to three quarters of the limit, written ones kept."""
+    b = make_rocks()
+    v = b.get_state(ValueStateDescriptor("v"))
+    v.limit = 8
+    keys = [f"k{i}" for i in range(10)]
+    for i, k in enumerate(keys[:6]):
+        at(b, k)
+        v.update(i)
+    b.confirm()
+    assert list(v._values) == keys[:6]
+    at(b, "k0")
+    v.update(100)
+    b.prefetch([assign_to_key_group(k, MAX_P) for k in keys[6:]], keys[6:])
+    cached = list(v._values)  # 6 = 3/4 of 8: k0 written, k5 cached last, then the 4 new keys
+    assert cached[:2] == ["k0", "k5"] and sorted(cached[2:]) == keys[6:]
+    assert [(at(b, k), v.value())[1] for k in keys] == [100, 1, 2, 3, 4, 5, None, None, None, None]
+    b.rollback()
+    assert [(at(b, k), v.value())[1] for k in keys] == [*range(6), None, None, None, None]
+
+
 def test_restored_large_values_are_read_from_rocksdb_not_the_object_cache(make_rocks):
     b = make_rocks()
     big = "y" * 10_000
@@ -545,11 +596,25 @@ def test_restored_large_values_are_read_from_rocksdb_not_the_object_cache(make_r
     assert v.value() == big + "z" and b.all_sections() == {kg: {"v": ({"k": big + "z"}, [])}}
 
 
+def _caught_up_section(rng, keys) -> dict:
+    """Key group → section of another worker's epoch for some of ``keys``: numbers, a list (a mutable
+    value) or deletes in the value state, sums and accumulators in the reducing and aggregating ones."""
+    sections: dict = {}
+    for key in rng.sample(keys, 6):
+        section = sections.setdefault(assign_to_key_group(key, MAX_P), {})
+        for name, value in (("v", rng.choice([rng.randrange(100), [rng.randrange(9)], None])),
+                            ("r", rng.choice([rng.randrange(100), None])),
+                            ("a", rng.choice([(rng.randrange(100), rng.randrange(1, 5)), None]))):
+            puts, deletes = section.setdefault(name, ({}, []))
+            deletes.append(key) if value is None else puts.__setitem__(key, value)
+    return sections
+
+
 @pytest.mark.parametrize("cache", ["default", "prefetch", "tiny"])
 def test_random_operations_match_heap(make_rocks, cache):
-    """Differential: the same random operations, epochs confirmed or rolled back at random; on RocksDB
-    with the epoch's keys prefetched (read from the cache) or with a cache so small that it is
-    flushed and emptied between operations."""
+    """Differential: the same random operations, epochs confirmed or rolled back at random, and now
+    and then another worker's epoch caught up on; on RocksDB with the epoch's keys prefetched (read
+    from the cache) or with a cache so small that it is flushed and emptied between operations."""
     rng = random.Random(7)
     kgs = range(3, 13)
     keys = [k for k in [*range(40), *(f"s{i}" for i in range(40)), *((i, "t") for i in range(20))]
@@ -588,6 +653,12 @@ def test_random_operations_match_heap(make_rocks, cache):
         for backend in (rocks, heap):
             backend.rollback() if roll else backend.confirm()
         assert read_all(rocks, sr, keys) == read_all(heap, sh, keys), epoch
+        if rng.random() < 0.3:
+            for kg, section in _caught_up_section(rng, keys).items():
+                payload = encode_section(section, "op", kg)
+                rocks.restore_payload(kg, payload)
+                heap.restore_payload(kg, payload)
+            assert read_all(rocks, sr, keys) == read_all(heap, sh, keys), epoch
     assert norm(rocks.all_sections()) == norm(heap.all_sections())
     restored = make_rocks(kgs)
     _restore(restored, heap)
