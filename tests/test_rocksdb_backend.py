@@ -530,57 +530,6 @@ def test_object_cache_reads_are_copies_and_large_values_take_the_byte_cache(make
     assert v.value() == 7 and b.all_sections() == {kg: {"v": ({"k": 7}, [])}}
 
 
-def test_a_catch_up_changes_only_the_cached_values_of_the_keys_it_names(make_rocks):
-    """Another worker's epoch applied here writes RocksDB directly; the object cache takes the new
-    numbers and deletes, drops the keys given other values, and keeps every other key it holds, so
-    the next chunk reads only those from RocksDB."""
-    b = make_rocks()
-    v = b.get_state(ValueStateDescriptor("v"))
-    keys = [f"k{i}" for i in range(12)]
-    for i, k in enumerate(keys):
-        at(b, k)
-        v.update(i)
-    b.confirm()
-    assert set(v._values) == set(keys)
-    changed = {"k0": 100, "k1": [1, 2], "k2": None}
-    sections: dict = {}
-    for k, value in changed.items():
-        puts, deletes = sections.setdefault(assign_to_key_group(k, MAX_P), {}).setdefault("v", ({}, []))
-        deletes.append(k) if value is None else puts.__setitem__(k, value)
-    for kg, section in sections.items():
-        b.restore_payload(kg, encode_section(section, "op", kg))
-    kept = {k: i for i, k in enumerate(keys) if k not in changed}
-    assert v._values == {**kept, "k0": 100, "k2": None}  # k1 holds a list now: read again when used
-    assert [(at(b, k), v.value())[1] for k in keys] == [100, [1, 2], None, *range(3, 12)]
-    fresh = make_rocks()
-    for kg, payload in b.full_sections().items():
-        fresh.restore_payload(kg, payload)
-    vf = fresh.get_state(ValueStateDescriptor("v"))
-    assert [(at(fresh, k), vf.value())[1] for k in keys] == [100, [1, 2], None, *range(3, 12)]
-
-
-def test_the_object_cache_outlives_epochs_and_forgets_the_values_cached_first(make_rocks):
-    """Confirmed values stay cached for the next epoch; when a chunk's keys do not fit the limit, the
-    values cached first go, down to three quarters of the limit, written ones kept."""
-    b = make_rocks()
-    v = b.get_state(ValueStateDescriptor("v"))
-    v.limit = 8
-    keys = [f"k{i}" for i in range(10)]
-    for i, k in enumerate(keys[:6]):
-        at(b, k)
-        v.update(i)
-    b.confirm()
-    assert list(v._values) == keys[:6]
-    at(b, "k0")
-    v.update(100)
-    b.prefetch([assign_to_key_group(k, MAX_P) for k in keys[6:]], keys[6:])
-    cached = list(v._values)  # 6 = 3/4 of 8: k0 written, k5 cached last, then the 4 new keys
-    assert cached[:2] == ["k0", "k5"] and sorted(cached[2:]) == keys[6:]
-    assert [(at(b, k), v.value())[1] for k in keys] == [100, 1, 2, 3, 4, 5, None, None, None, None]
-    b.rollback()
-    assert [(at(b, k), v.value())[1] for k in keys] == [*range(6), None, None, None, None]
-
-
 def test_restored_large_values_are_read_from_rocksdb_not_the_object_cache(make_rocks):
     b = make_rocks()
     big = "y" * 10_000

@@ -15,9 +15,7 @@ reads or writes as objects, keyed by user key (``RocksDBObjectCell``): a keyed s
 cache with sorted lookups per chunk of input records (``prefetch``), the epoch's writes wait there
 until ``confirm`` hands them to RocksDB in one sorted write batch, ``rollback`` drops them, and the
 epoch's delta is built from them without decoding. Mutable values are kept pickled (``_Frozen``), so
-every read is a fresh copy, as RocksDB's reads are. The object cache outlives epochs and catch-ups
-on other workers' epochs (which update the values of the keys they change): at most ``_object_limit``
-entries, the values cached first forgotten to make room. Beyond that many entries the written ones
+every read is a fresh copy, as RocksDB's reads are. Beyond ``_object_limit`` entries the written ones
 are spilled to RocksDB through the undo log, and values whose pickle exceeds 4 KB take the byte cache.
 
 Everything else (list states, TTL states, large values) goes through the byte cache and the undo log:

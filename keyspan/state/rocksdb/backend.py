@@ -410,7 +410,8 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
         self._flush()
         for cell in self._object_cells:
             cell.write_through()
-            cell.make_room(0)  # what the epoch's writes added beyond the limit
+            if len(cell._values) > cell.limit // 2:
+                cell.trim()  # the next epoch starts with at least half the room for its own keys
         if self._cache_bytes > self._cache_limit // 2:
             self._drop_cache()  # the next epoch starts with at least half the cache for its own keys
         self._undo = {}

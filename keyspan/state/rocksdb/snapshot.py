@@ -297,7 +297,8 @@ class Snapshots:
         if key_group not in self.key_groups:
             return
         self._spill_objects()
-        cells = {cell._meta.sid: cell for cell in self._object_cells}
+        for cell in self._object_cells:
+            cell.forget()  # RocksDB is written directly
         self._drop_cache()
         kgb = _U16.pack(key_group)
         wb = _Batch(self)
@@ -305,7 +306,6 @@ class Snapshots:
             entries = _drain(puts) if _consume else puts.items()
             meta = self._meta_for(name)
             base = kgb + meta.sid
-            cell = cells.get(meta.sid)  # the state's object cache, told each key RocksDB gets directly
             policy = meta.ttl
             now = None if policy is None else policy.now(self)
             if meta.is_map:
@@ -342,15 +342,10 @@ class Snapshots:
                                        list(map(pickle.dumps, values, repeat(serde.PROTOCOL))))
                         else:
                             self._restore_entries(meta, base, None, run, wb)
-                            values = None
-                        if cell is not None:
-                            cell.restored(ukeys, values)
                 else:
                     self._restore_entries(meta, base, now, entries, wb)
                 for ukey in deletes:
                     wb.delete(base + encode_key(ukey))
-                if cell is not None:
-                    cell.restored(deletes, [None] * len(deletes))
         wb.flush()
 
     def _restore_entries(self, meta, base: bytes, now, entries, wb) -> None:

@@ -179,7 +179,8 @@ class RocksDBObjectCell(RocksDBCell):
             value = _cached(raw)
             if value is _MISS:
                 return _Frozen(raw)
-        self.make_room(1)
+        if len(self._values) >= self.limit:
+            self.trim()
         self._values[b.current_key] = value
         self._rkeys[b.current_key] = k
         return value
@@ -200,7 +201,6 @@ class RocksDBObjectCell(RocksDBCell):
         written[key] = b.current_key_group
         if len(written) >= self.limit:
             b._spill_objects()
-            self.make_room(0)
 
     def _delete(self) -> None:
         self._store(None)
@@ -221,7 +221,7 @@ class RocksDBObjectCell(RocksDBCell):
             return
         b = self._backend
         if len(values) + len(wanted) > self.limit:
-            self.make_room(len(wanted))
+            self.trim()
             values = self._values
         if self._large:
             b._flush()  # RocksDB gets the byte cache's writes before it is read
@@ -291,34 +291,11 @@ class RocksDBObjectCell(RocksDBCell):
                 group[0][key] = pickle.loads(value) if value.__class__ is _Frozen else value
         return groups
 
-    def restored(self, ukeys, values) -> None:
-        """Keep the object cache equal to RocksDB after a restore or catch-up wrote ``ukeys`` to it
-        directly: numbers and deletes (None) are taken as the keys' values, other values dropped, to be
-        read again when used. Keys the restore did not name keep their cached values, so a worker
-        that caught up on another worker's epoch does not read every key of its next chunk again."""
-        if values is not None and len(ukeys) <= self.limit and _NUMBERS.issuperset(map(type, values)):
-            self.make_room(len(ukeys))
-            self._values.update(zip(ukeys, values))
-            return
-        pop = self._values.pop
-        for key in ukeys:
-            pop(key, None)
-
-    def make_room(self, n: int) -> None:
-        """Make room for ``n`` more entries within ``limit``: when they would not fit, forget the values
-        cached first, down to three quarters of the limit, so the next trim is many chunks away."""
-        if len(self._values) + n > self.limit:
-            self.trim(max(0, self.limit * 3 // 4 - n - len(self._written)))
-
-    def trim(self, keep: int = 0) -> None:
-        """Forget the cached values of keys not written in the open epoch but the ``keep`` cached last
-        (first-cached order, not least-recently used: keeping that order would cost a move per read)."""
+    def trim(self) -> None:
+        """Forget the cached values of keys not written in the open epoch."""
         written, values, rkeys = self._written, self._values, self._rkeys
-        kept = {key: values[key] for key in written}
-        if keep:
-            kept.update((key, values[key]) for key in list(values)[-keep:])
-        self._values = kept
-        self._rkeys = {key: rkeys[key] for key in kept if key in rkeys}
+        self._values = {key: values[key] for key in written}
+        self._rkeys = {key: rkeys[key] for key in written if key in rkeys}
 
     def forget(self) -> None:
         """Drop everything cached, written values included (a rollback, or RocksDB written directly)."""
