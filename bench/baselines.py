@@ -442,6 +442,17 @@ def run_map_in_arrow(
 # --------------------------------------------------------------------------
 
 
+WARM_UP_EVENTS = 20_000
+
+
+def warm_up_shape(args, files: int) -> tuple[int, int, int]:
+    """(events, keys, files) of the warm-up run before the measured ones: the JVM compiles most of a
+    short run's code while it runs (docs/benchmarks.md, "The JVM compiles for most of a short run"), so
+    ``--warmup-events`` as large as ``--events`` measures both engines warm."""
+    events = args.warmup_events
+    return events, min(args.keys, max(1_000, events // 100)), max(2, files * events // args.events)
+
+
 def warm_up(spark, workdir: str, tws: bool = True) -> None:
     """Run both baselines once on a tiny dataset (20k events) and discard the result.
 
@@ -451,7 +462,7 @@ def warm_up(spark, workdir: str, tws: bool = True) -> None:
     charged to whichever baseline happens to run first.  Give keyspan's run an
     equivalent warm-up.
     """
-    data = generate_events(os.path.join(workdir, "warmup-events"), 20_000, 1_000, 2, 1)
+    data = generate_events(os.path.join(workdir, "warmup-events"), WARM_UP_EVENTS, 1_000, 2, 1)
     run_map_in_arrow(spark, data, os.path.join(workdir, "warmup-ckpt-arrow"))
     if tws:
         run_transform_with_state(spark, data, os.path.join(workdir, "warmup-ckpt-tws"))

@@ -48,7 +48,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.baselines import cpu_seconds, cpu_spent, expected_sums, format_cpu, generate_events, make_spark  # noqa: E402
+from bench.baselines import (  # noqa: E402
+    WARM_UP_EVENTS, cpu_seconds, cpu_spent, expected_sums, format_cpu, generate_events, make_spark, warm_up_shape,
+)
 from bench.windowed import (  # noqa: E402
     BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, differences, generate, run_spark, ts_of,
 )
@@ -109,14 +111,6 @@ def run_spark_sum(spark, directory: str, checkpoint: str) -> dict:
     seconds = time.perf_counter() - start
     events_in = sum(p.numInputRows for p in query.recentProgress)
     return {"rate": events_in / seconds, "events": events_in}
-
-
-def warm_up_shape(args, files: int) -> tuple[int, int, int]:
-    """(events, keys, files) of the warm-up run before the measured ones: the JVM compiles most of a
-    short run's code while it runs (docs/benchmarks.md, "The JVM compiles for most of a short run"), so
-    ``--warmup-events`` as large as ``--events`` measures both engines warm."""
-    events = args.warmup_events
-    return events, min(args.keys, max(1_000, events // 100)), max(2, files * events // args.events)
 
 
 def rolling_sum(spark, args, work: str) -> None:
@@ -424,7 +418,7 @@ def main():
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--files", type=int, default=10, help="epochs of the rolling sum (the windows read twice as many files, 2 per epoch)")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--warmup-events", type=int, default=20_000,
+    ap.add_argument("--warmup-events", type=int, default=WARM_UP_EVENTS,
                     help="events of the warm-up run before the measured ones (set it to --events to measure a warm JVM)")
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
