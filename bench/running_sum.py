@@ -254,21 +254,25 @@ def main():
             warm = generate_events(os.path.join(work, "warm"), *warm_up_shape(args, args.files), 1)
             run_map_in_arrow(spark, warm, os.path.join(work, "ckpt-arrow-warm"), verify=False)
         run_keyspan(spark, warm, os.path.join(work, "ks-warm"), "warm")
-        ks, arrow = [], []
+        ks, arrow, epochs = [], [], []
+
+        def bare(i):
+            arrow.append(run_map_in_arrow(spark, data, os.path.join(work, f"ckpt-arrow-{i}"), verify=False)["rate"])
+
+        def keyspan(i):
+            r = run_keyspan(spark, data, os.path.join(work, f"ks-{i}"), f"running-sum-{i}")
+            ks.append(r["rate"])
+            epochs.append(r["epochs"])
+            state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(),
+                                       f"running-sum-{i}", "running-sum")["total"]
+            assert state == expected_sums(data), "keyspan's checkpointed state differs from the expected sums"
+
         for i in range(args.repeats):
             # the JVM still compiles during the first full-size runs, and the later of two runs gains from
             # it: the two take turns at running first
-            for engine in ("bare", "keyspan") if i % 2 == 0 else ("keyspan", "bare"):
-                if engine == "bare":
-                    arrow.append(run_map_in_arrow(spark, data, os.path.join(work, f"ckpt-arrow-{i}"),
-                                                  verify=False)["rate"])
-                    continue
-                r = run_keyspan(spark, data, os.path.join(work, f"ks-{i}"), f"running-sum-{i}")
-                ks.append(r["rate"])
-                state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(),
-                                           f"running-sum-{i}", "running-sum")["total"]
-                assert state == expected_sums(data), "keyspan's checkpointed state differs from the expected sums"
-            print(f"run {i}: keyspan {ks[-1]:,.0f} ev/s ({r['epochs']} epochs, state verified)  "
+            for engine in (bare, keyspan) if i % 2 == 0 else (keyspan, bare):
+                engine(i)
+            print(f"run {i}: keyspan {ks[-1]:,.0f} ev/s ({epochs[-1]} epochs, state verified)  "
                   f"mapInArrow {arrow[-1]:,.0f} ev/s  ratio {ks[-1] / arrow[-1]:.2f}"
                   f"{'' if i % 2 == 0 else '  (keyspan ran first)'}", flush=True)
         flink = {}
