@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from keyspan.datastream import KeyedProcessFunction
+from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 
 JOB = Path(__file__).parent / "jobs" / "metrics_job.py"
 JOB_ID = "metrics-job"
@@ -56,6 +56,44 @@ def test_user_counter_counts_each_record_once_despite_a_task_retry(env, workdir)
     counters = [m for m in result.metrics.user_metrics() if m["name"] == "records"]
     assert {m["scope"][0] for m in counters} == {"test"} and {m["operator"] for m in counters} == {"counting"}
     assert sum(m["value"] for m in counters) == len(data)
+
+
+class AskTheApi(KeyedProcessFunction):
+    """Reads the driver's job list through its REST API while the job runs."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    def process_element(self, value, ctx):
+        deadline = time.time() + 30
+        while True:
+            try:
+                jobs = httpx.get(f"http://127.0.0.1:{self.port}/jobs", timeout=5).json()
+                break
+            except httpx.HTTPError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield value[0], sorted(j["id"] for j in jobs["jobs"])
+
+
+def test_the_api_port_is_free_when_a_run_returns(workdir, monkeypatch):
+    """A run's API answers while it runs and has closed its port when ``execute`` returns, so the next
+    run can listen on the same fixed port at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("KEYSPAN_REST_PORT", str(port))
+    for run in range(2):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        stream = env.from_collection([("a", 1)]).key_by(lambda r: r[0]).process(AskTheApi(port)).uid("ask")
+        with stream.execute_and_collect(f"api-port-{run}") as results:
+            seen = list(results)
+        assert [key for key, _ in seen] == ["a"] and f"api-port-{run}" in seen[0][1], seen
+        with socket.socket() as s:  # nothing listens there any more (binding would fail with EADDRINUSE)
+            s.bind(("127.0.0.1", port))
 
 
 # --- a running job in its own driver process ----------------------------------------------------
