@@ -213,7 +213,7 @@ def test_bad_settings_stop_the_job_before_it_starts(tmp_path):
         Configuration().set_string("job.autoscaler.scale-down.intervall", "10 s"))
     env.from_collection([1, 2]).print()
     with pytest.raises(JobExecutionError, match="unknown configuration key 'job.autoscaler.scale-down.intervall'"):
-        JobRunner(env, "bad-autoscaler", RunOptions(workdir=str(tmp_path / "wd")))
+        JobRunner(env, env.get_transformations(), "bad-autoscaler", RunOptions(workdir=str(tmp_path / "wd")))
     job = tmp_path / "job.py"
     job.write_text("raise SystemExit('the job must not run')\n")
     run = subprocess.run([sys.executable, "-m", "keyspan", "run", str(job), "--autoscale", "4..2"],

@@ -87,6 +87,18 @@ def test_forward_refuses_a_parallelism_change_and_chaining_controls_cut_stages()
     assert stages(lambda e: e.from_collection([1]).forward().map(lambda v: v).print()) == 1
 
 
+def test_execute_runs_what_was_built_since_the_previous_execute(env):
+    """PyFlink's execute() takes the job graph it runs out of the environment: the same environment
+    then builds the next job from nothing, and has nothing to run until it does."""
+    with env.from_collection([1, 2, 3]).map(lambda v: v * 10).execute_and_collect("first") as first:
+        assert sorted(first) == [10, 20, 30]
+    assert env.get_transformations() == []
+    with env.from_collection(["a", "b"]).map(str.upper).execute_and_collect("second") as second:
+        assert sorted(second) == ["A", "B"]  # the first job's operators did not run again
+    with pytest.raises(ValueError, match="No operators defined in streaming topology"):
+        env.execute("nothing")
+
+
 def test_configure_reads_supported_keys(tmp_path):
     config = Configuration()
     config.set_string("parallelism.default", "3")

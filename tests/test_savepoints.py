@@ -173,6 +173,8 @@ def test_corrupt_or_incomplete_savepoint_is_refused_before_start(workdir):
     with pytest.raises(JobExecutionError, match=f"corrupt.*{victim.name}|{victim.name}.*corrupt"):
         env.execute("fragile-restore")
     victim.unlink()
+    env = env_with(2)
+    build(env, workdir / "never")
     with pytest.raises(JobExecutionError, match=f"{victim.name}.*missing"):
         env.execute("fragile-restore")
     assert not (workdir / "never").exists(), "the job must not start"

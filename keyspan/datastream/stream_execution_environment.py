@@ -288,6 +288,12 @@ class StreamExecutionEnvironment:
         """keyspan: the job graph built so far, in the order it was built (what ``execute`` runs)."""
         return list(self._transformations)
 
+    def _take_transformations(self) -> list[Transformation]:
+        """The job graph, handed to the run that ``execute`` starts. As in PyFlink, the environment is
+        then empty: the next ``execute`` runs only what was built after this one, never this job again."""
+        taken, self._transformations = self._transformations, []
+        return taken
+
     # sources ---------------------------------------------------------------------------
     def _add_transformation(self, kind, name, inputs, function=None, output_type=None, key_selector=None,
                             spec=None) -> Transformation:
@@ -334,7 +340,7 @@ class StreamExecutionEnvironment:
         from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import run_with_restarts
 
-        return run_with_restarts(self, job_name or "keyspan-job", run_options.current())
+        return run_with_restarts(self, self._take_transformations(), job_name or "keyspan-job", run_options.current())
 
     def execute_async(self, job_name: str = "Flink Streaming Job"):
         """Start the job in a background thread; the ``JobClient`` follows and controls it."""
@@ -348,7 +354,7 @@ class StreamExecutionEnvironment:
         from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import JobRunner
 
-        runner = JobRunner(self, job_name, run_options.current(), fresh=fresh)
+        runner = JobRunner(self, self._take_transformations(), job_name, run_options.current(), fresh=fresh)
         done: Future = Future()
 
         def run():
@@ -364,7 +370,7 @@ class StreamExecutionEnvironment:
         from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import run_with_restarts
 
-        return run_with_restarts(self, job_name, run_options.current(), fresh=True)
+        return run_with_restarts(self, self._take_transformations(), job_name, run_options.current(), fresh=True)
 
     def get_execution_plan(self) -> str:
         """The job graph as JSON shaped like Flink's (``nodes`` with id, type, pact, contents,

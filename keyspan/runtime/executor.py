@@ -51,7 +51,7 @@ from keyspan.runtime import autoscaler, event_time
 from keyspan.runtime import session as spark_session
 from keyspan.runtime.control import JobControl, RunnerHandle
 from keyspan.runtime.observe import JobObserver
-from keyspan.runtime.planner import InputFormat, compile_graph
+from keyspan.runtime.planner import InputFormat, PhysicalPlan, compile_graph
 from keyspan.runtime.progress_display import ProgressDisplay
 from keyspan.runtime.protocol import EpochContext, TimeContext, UserFunctionError
 from keyspan.runtime.spark_plan import SparkStages
@@ -82,7 +82,7 @@ class JobExecutionError(RuntimeError):
     """The job failed; nothing of the failing epoch was committed or published."""
 
 
-def run_with_restarts(env, job_name: str, options, fresh: bool = False) -> JobExecutionResult:
+def run_with_restarts(env, transformations: list, job_name: str, options, fresh: bool = False) -> JobExecutionResult:
     """Run the job; after a failure of a started run, run it again in this driver from its latest
     checkpoint as long as the restart strategy allows (the job's own, else ``--restart-attempts``)."""
     strategy = env.get_restart_strategy()
@@ -91,7 +91,7 @@ def run_with_restarts(env, job_name: str, options, fresh: bool = False) -> JobEx
             if options.restart_attempts else RestartStrategies.no_restart()
     tracker = strategy.new_tracker()
     while True:
-        runner = JobRunner(env, job_name, options, fresh=fresh)
+        runner = JobRunner(env, transformations, job_name, options, fresh=fresh)
         try:
             return runner.run()
         except JobExecutionError as exc:
@@ -125,7 +125,8 @@ def _job_file(options) -> str | None:
 
 
 class JobRunner:
-    def __init__(self, env, job_name: str, options, fresh: bool = False):
+    def __init__(self, env, transformations: list, job_name: str, options, fresh: bool = False):
+        """``transformations``: the job graph ``env`` built (``env`` gives the settings)."""
         if options.configuration:  # `keyspan run -D key=value`: over what the job's code set
             try:
                 env.configure(options.configuration)
@@ -148,9 +149,8 @@ class JobRunner:
         if self.job_file and os.path.exists(self.job_file):
             self.job_bytes = Storage(os.path.dirname(self.job_file)).read(os.path.basename(self.job_file))
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
-        self.plan = compile_graph(env.get_transformations(), self.parallelism, self.max_parallelism,
-                                  chaining=env.is_chaining_enabled(),
-                                  vectorize=env.is_vectorized_aggregation_enabled())
+        self.transformations = transformations
+        self.plan = self._compile(self.parallelism)
         self.batch = _batch_mode(env, self.plan, self.job_id)
         try:  # job.autoscaler.* and --autoscale: checked before anything starts; a batch job runs one epoch
             self.autoscale = autoscaler.options_for(env, options, self.job_id)
@@ -389,6 +389,11 @@ class JobRunner:
                     f"{latest['epoch']} recorded offsets for, so it cannot continue from them. Start over with "
                     "--fresh, or give the new input a new uid(...) so it is read from its beginning")
         return mapped
+
+    def _compile(self, parallelism: int) -> PhysicalPlan:
+        return compile_graph(self.transformations, parallelism, self.max_parallelism,
+                             chaining=self.env.is_chaining_enabled(),
+                             vectorize=self.env.is_vectorized_aggregation_enabled())
 
     # -- running ------------------------------------------------------------------------------
     def run(self) -> JobExecutionResult:
@@ -971,8 +976,7 @@ class JobRunner:
             return
         try:
             check_parallelism(new, self.max_parallelism)
-            plan = compile_graph(self.env.get_transformations(), new, self.max_parallelism,
-                                 chaining=self.env.is_chaining_enabled())
+            plan = self._compile(new)
         except ValueError as exc:
             request.update(done=True, error=f"job '{self.job_id}' cannot run at parallelism {new}: {exc}")
             return

@@ -196,6 +196,9 @@ def key_columns(selector, names: list[str]) -> list[str] | None:
 
 def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int,
                   chaining: bool = True, vectorize: bool = True) -> PhysicalPlan:
+    if not transformations:
+        raise ValueError("No operators defined in streaming topology. Cannot execute. (Each execute() runs what "
+                         "was built since the previous one, as in PyFlink.)")
     if not any(t.kind == OperatorKind.SINK for t in transformations):
         raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
     uids = assign_uids(transformations)
