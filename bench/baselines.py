@@ -425,7 +425,7 @@ def run_map_in_arrow(
     in a dict inside each Python worker process.  Same source, trigger and sink
     as ``run_transform_with_state``; the query runs with keyspan's query settings
     (``keyspan.runtime.session.query_settings``: Arrow batches cut by record count,
-    Spark's logs without .crc files), as keyspan's own query does.
+    Spark's logs written through Hadoop's FileSystem), as keyspan's own query does.
     ``final_sums_ok`` only holds if every key kept landing in the same (reused)
     worker process across micro-batches -- report it, don't rely on it.
     """
@@ -435,7 +435,7 @@ def run_map_in_arrow(
     out = events.repartition(cores, "key").mapInArrow(fn, OUTPUT_SCHEMA_DDL)
     from keyspan.runtime.session import query_settings
 
-    with query_settings(spark):  # Arrow batches and Spark's logs as in keyspan's own query: the same limit
+    with query_settings(spark, local_logs=True):  # Arrow batches and Spark's logs as in keyspan's own query: the same limit
         return _run_query(out, directory, checkpoint_dir, verify)
 
 

@@ -175,7 +175,7 @@ def spark_empty_batches(spark, interval_ms: int, rate: int, work: str, seconds: 
     ``foreachBatch`` that returns at once, its offset and commit logs written as keyspan's are
     (``query_settings``), at the same trigger. What no change in keyspan can take out of "Spark's own
     per batch". Medians, first batches left out."""
-    with query_settings(spark):
+    with query_settings(spark, local_logs=True):  # a local temp folder, as keyspan's own runs here
         query = (spark.readStream.format("rate").option("rowsPerSecond", rate).load().writeStream
                  .foreachBatch(lambda df, batch_id: None).trigger(processingTime=f"{interval_ms} milliseconds")
                  .option("checkpointLocation", os.path.join(work, f"empty-{interval_ms}")).start())

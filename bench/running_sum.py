@@ -18,7 +18,7 @@ checkpoint (state delta files + metadata commit) every epoch; its final state is
 the last checkpoint and compared with the expected sums. transformWithStateInPandas: ValueState
 per key in Spark's RocksDB state store. mapInArrow: repartition by key + a Python dict per
 worker, no persistence at all (the bare limit), started with keyspan's query settings (Arrow batches
-cut by record count alone, Spark's logs without .crc files: ``keyspan.runtime.session.query_settings``),
+cut by record count alone, Spark's logs written through Hadoop's FileSystem: ``keyspan.runtime.session.query_settings``),
 so that the limit runs as keyspan's own query does. The peers use Spark's noop sink.
 """
 
@@ -96,7 +96,7 @@ def breakdown(spark, data: str, work: str) -> None:
     from keyspan.runtime.session import query_settings
 
     med = lambda xs: statistics.median(xs[1:]) if len(xs) > 1 else float("nan")  # noqa: E731
-    with query_settings(spark):  # as keyspan's own query runs
+    with query_settings(spark, local_logs=True):  # as keyspan's own query runs (its logs in a local folder too)
         query = (_stream_source(spark, data, 1).repartition(2, "key")
                  .mapInArrow(_make_running_sum_fn(uuid.uuid4().hex), OUTPUT_SCHEMA_DDL)
                  .writeStream.format("noop").trigger(availableNow=True)

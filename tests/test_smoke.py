@@ -3,7 +3,12 @@ import pytest
 from keyspan.datastream import KeyedProcessFunction, MapFunction
 from keyspan.datastream.connectors.file_system import DiscardingSink
 from keyspan.datastream.state import ValueStateDescriptor
-from keyspan.runtime.session import ARROW_MAX_BYTES, ARROW_NO_BYTE_CAP
+from keyspan.runtime.session import (
+    ARROW_MAX_BYTES,
+    ARROW_NO_BYTE_CAP,
+    CHECKPOINT_FILE_MANAGER,
+    FILE_SYSTEM_MANAGER,
+)
 
 
 class RunningSum(KeyedProcessFunction):
@@ -28,16 +33,27 @@ def test_running_sum_over_several_epochs(env):
     assert sorted(result) == sorted(want)
 
 
-def test_spark_offset_log_is_written_without_checksum_files(env, workdir, spark):
-    """keyspan's own query writes Spark's per-batch logs without Hadoop's .crc side files (half the file
-    operations of every micro-batch) and leaves the session's setting as it found it."""
-    env.set_max_records_per_epoch(2)
-    env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).process(RunningSum()) \
-        .execute_and_collect(limit=10)
+@pytest.mark.parametrize("user_value", [None, "org.apache.spark.sql.execution.streaming.checkpointing."
+                                              "FileContextBasedCheckpointFileManager"], ids=["unset", "set-by-the-user"])
+def test_spark_logs_on_local_disk_are_written_through_hadoop_filesystem(env, workdir, spark, user_value):
+    """keyspan's own query writes Spark's per-batch logs on local disk through Hadoop's FileSystem (its
+    FileContext runs a readlink process for every rename), leaves the session's setting as it found
+    it, and keeps a checkpoint file manager the user chose."""
+    if user_value is not None:
+        spark.conf.set(CHECKPOINT_FILE_MANAGER, user_value)
+    try:
+        env.set_max_records_per_epoch(2)
+        env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).process(RunningSum()) \
+            .add_sink(DiscardingSink())
+        client = env.execute_async("spark-logs")
+        client.get_job_execution_result().result(timeout=180)
+        query_session = client._runner.query._jsq.streamingQuery().lastExecution().sparkSession()
+        assert query_session.conf().get(CHECKPOINT_FILE_MANAGER) == (user_value or FILE_SYSTEM_MANAGER)
+        assert spark.conf.get(CHECKPOINT_FILE_MANAGER, None) == user_value
+    finally:
+        spark.conf.unset(CHECKPOINT_FILE_MANAGER)
     logs = [p for p in (workdir / ".keyspan" / "spark").rglob("*") if p.parent.name in ("offsets", "commits")]
     assert len([p for p in logs if not p.name.startswith(".")]) >= 4, logs  # two batches, both logs
-    assert not [p for p in logs if p.name.endswith(".crc")]
-    assert spark.conf.get("fs.AbstractFileSystem.file.impl", None) is None
 
 
 @pytest.mark.parametrize("user_value", [None, "32MB"], ids=["unset", "set-by-the-user"])

@@ -480,7 +480,7 @@ class JobRunner:
             interval = max(self.checkpoint_config.interval_ms, self.checkpoint_config.min_pause_ms)
             writer = writer.trigger(processingTime=f"{interval} milliseconds")
         api = start_api(RunnerHandle(self)) if self.options.rest_api else None
-        with spark_session.query_settings(spark):
+        with spark_session.query_settings(spark, local_logs=Storage(self.run_info["spark_checkpoint"]).is_local):
             query = writer.start()
         self.query = query
         status = "FINISHED" if bounded else "STOPPED"

@@ -111,30 +111,33 @@ def prepare_session(spark) -> None:
     spark.conf.set("spark.sql.adaptive.enabled", "false")
 
 
-_LOCAL_FS = "fs.AbstractFileSystem.file.impl"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 ARROW_MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_NO_BYTE_CAP = str(2**31 - 1)  # Spark's "no limit" for it: the one value that skips the size check
 
 
 @contextmanager
-def query_settings(spark):
+def query_settings(spark, local_logs: bool):
     """Start keyspan's query with settings that pay in every micro-batch. Spark copies the session's
     settings into the query's own session when the query starts, so they are set around ``start()``
     and put back after: the user's other queries keep theirs, and a value the user set wins.
 
-    * Spark's offset and commit logs on local disk, written without Hadoop's ``.crc`` side files. Spark
-      writes both logs in every micro-batch, and the side files double the files it creates and
-      renames (bench/latency.py: the two logs took 92 → 62 ms per batch). keyspan checks its own
-      checkpoints; these logs only name each batch's offsets.
+    * Spark's offset and commit logs on local disk (``local_logs``: the query's checkpoint location is
+      a local path) written through Hadoop's ``FileSystem`` rather than its ``FileContext``. Without
+      Hadoop's native library (pip's PySpark has none), every ``FileContext`` rename on the local
+      disk runs a ``readlink`` process to look for symbolic links: 16–18 ms for each log Spark writes,
+      twice per micro-batch, and once more for a file source's log. ``FileSystem`` renames the file
+      without that, in 7–10 ms (it also writes Hadoop's small ``.crc`` checksum file next to each entry).
+      On HDFS or object stores Spark's own choice stays.
     * Arrow batches to the Python workers cut by record count alone
       (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 by default), as before Spark 4.0.
       Spark 4's byte limit per batch makes the JVM measure the batch after every row it adds: a
       fifth of the executor threads' samples in a profile of the window benchmark (docs/benchmarks.md)."""
     conf = spark.conf
     settings = {}
-    if not conf.get(_LOCAL_FS, None) and spark.sparkContext._jsc.hadoopConfiguration().get(_LOCAL_FS) == \
-            "org.apache.hadoop.fs.local.LocalFs":
-        settings[_LOCAL_FS] = "org.apache.hadoop.fs.local.RawLocalFs"
+    if local_logs and conf.get(CHECKPOINT_FILE_MANAGER, None) is None:
+        settings[CHECKPOINT_FILE_MANAGER] = FILE_SYSTEM_MANAGER
     if conf.get(ARROW_MAX_BYTES, None) is None:
         settings[ARROW_MAX_BYTES] = ARROW_NO_BYTE_CAP
     for key, value in settings.items():
