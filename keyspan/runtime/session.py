@@ -136,7 +136,7 @@ def query_settings(spark, local_logs: bool):
       fifth of the executor threads' samples in a profile of the window benchmark (docs/benchmarks.md)."""
     conf = spark.conf
     settings = {}
-    if local_logs and conf.get(CHECKPOINT_FILE_MANAGER, None) is None:
+    if local_logs and conf.get(CHECKPOINT_FILE_MANAGER, None) is None and _jvm_has(spark, FILE_SYSTEM_MANAGER):
         settings[CHECKPOINT_FILE_MANAGER] = FILE_SYSTEM_MANAGER
     if conf.get(ARROW_MAX_BYTES, None) is None:
         settings[ARROW_MAX_BYTES] = ARROW_NO_BYTE_CAP
@@ -147,6 +147,15 @@ def query_settings(spark, local_logs: bool):
     finally:
         for key in settings:
             conf.unset(key)
+
+
+def _jvm_has(spark, class_name: str) -> bool:
+    """Whether the Spark the session runs (a cluster's may differ from this PySpark) has the class."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(class_name)
+    except Exception:  # noqa: BLE001 — py4j's wrapper of ClassNotFoundException
+        return False
+    return True
 
 
 def mute_query_errors(query):
