@@ -33,6 +33,21 @@ def test_running_sum_over_several_epochs(env):
     assert sorted(result) == sorted(want)
 
 
+def _run_small_job(env, name: str):
+    """A three-record keyed job in epochs of two records, run to its end; returns its runner."""
+    env.set_max_records_per_epoch(2)
+    env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).process(RunningSum()) \
+        .add_sink(DiscardingSink())
+    client = env.execute_async(name)
+    client.get_job_execution_result().result(timeout=180)
+    return client._runner
+
+
+def _query_session(runner):
+    """The Spark session keyspan's query ran its last batch in (the settings it ran with)."""
+    return runner.query._jsq.streamingQuery().lastExecution().sparkSession()
+
+
 @pytest.mark.parametrize("user_value", [None, "org.apache.spark.sql.execution.streaming.checkpointing."
                                               "FileContextBasedCheckpointFileManager"], ids=["unset", "set-by-the-user"])
 def test_spark_logs_on_local_disk_are_written_through_hadoop_filesystem(env, workdir, spark, user_value):
@@ -42,12 +57,7 @@ def test_spark_logs_on_local_disk_are_written_through_hadoop_filesystem(env, wor
     if user_value is not None:
         spark.conf.set(CHECKPOINT_FILE_MANAGER, user_value)
     try:
-        env.set_max_records_per_epoch(2)
-        env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).process(RunningSum()) \
-            .add_sink(DiscardingSink())
-        client = env.execute_async("spark-logs")
-        client.get_job_execution_result().result(timeout=180)
-        query_session = client._runner.query._jsq.streamingQuery().lastExecution().sparkSession()
+        query_session = _query_session(_run_small_job(env, "spark-logs"))
         assert query_session.conf().get(CHECKPOINT_FILE_MANAGER) == (user_value or FILE_SYSTEM_MANAGER)
         assert spark.conf.get(CHECKPOINT_FILE_MANAGER, None) == user_value
     finally:
@@ -64,13 +74,8 @@ def test_arrow_batches_are_cut_by_record_count_in_keyspan_query_only(env, spark,
     if user_value is not None:
         spark.conf.set(ARROW_MAX_BYTES, user_value)
     try:
-        env.set_max_records_per_epoch(2)
-        env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(lambda r: r[0]).process(RunningSum()) \
-            .add_sink(DiscardingSink())
-        client = env.execute_async("arrow-batches")
-        client.get_job_execution_result().result(timeout=180)
-        runner = client._runner
-        query_session = runner.query._jsq.streamingQuery().lastExecution().sparkSession()
+        runner = _run_small_job(env, "arrow-batches")
+        query_session = _query_session(runner)
         read_tasks = list(runner.stages._read_frames.values())
         assert read_tasks  # the keyspan source's stage ran on Spark, not in the driver
         expected = user_value or ARROW_NO_BYTE_CAP
