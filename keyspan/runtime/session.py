@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -136,7 +137,7 @@ def query_settings(spark, local_logs: bool):
       fifth of the executor threads' samples in a profile of the window benchmark (docs/benchmarks.md)."""
     conf = spark.conf
     settings = {}
-    if local_logs and conf.get(CHECKPOINT_FILE_MANAGER, None) is None and _jvm_has(spark, FILE_SYSTEM_MANAGER):
+    if local_logs and conf.get(CHECKPOINT_FILE_MANAGER, None) is None and _jvm_has(FILE_SYSTEM_MANAGER):
         settings[CHECKPOINT_FILE_MANAGER] = FILE_SYSTEM_MANAGER
     if conf.get(ARROW_MAX_BYTES, None) is None:
         settings[ARROW_MAX_BYTES] = ARROW_NO_BYTE_CAP
@@ -149,10 +150,14 @@ def query_settings(spark, local_logs: bool):
             conf.unset(key)
 
 
-def _jvm_has(spark, class_name: str) -> bool:
-    """Whether the Spark the session runs (a cluster's may differ from this PySpark) has the class."""
+@functools.lru_cache(maxsize=None)
+def _jvm_has(class_name: str) -> bool:
+    """Whether the driver's Spark (a cluster's may differ from this PySpark) has the class. Its
+    classpath does not change while this process lives: asked once, not at every run's start."""
+    from pyspark import SparkContext
+
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName(class_name)
+        SparkContext._jvm.java.lang.Class.forName(class_name)
     except Exception:  # noqa: BLE001 — py4j's wrapper of ClassNotFoundException
         return False
     return True
