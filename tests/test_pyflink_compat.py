@@ -99,6 +99,91 @@ def test_execute_runs_what_was_built_since_the_previous_execute(env):
         env.execute("nothing")
 
 
+def test_execution_config_is_the_environment_s_and_keeps_flink_s_jvm_settings():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    config = env.get_config()
+    assert config.set_parallelism(3) is config and env.get_parallelism() == 3
+    env.set_max_parallelism(64)
+    assert config.get_max_parallelism() == 64
+    with pytest.raises(ValueError, match="max parallelism"):
+        config.set_max_parallelism(0)
+    assert not config.is_object_reuse_enabled() and config.enable_object_reuse().is_object_reuse_enabled()
+    assert config.disable_closure_cleaner().is_closure_cleaner_enabled() is False
+    assert config.disable_generic_types().has_generic_types_disabled()
+    assert config.enable_force_kryo().is_force_kryo_enabled() and config.enable_force_avro().is_force_avro_enabled()
+    assert config.set_latency_tracking_interval(500).get_latency_tracking_interval() == 500
+    assert config.set_task_cancellation_timeout(0).get_task_cancellation_timeout() == 0
+    assert config.get_registered_kryo_types() == [] and config.get_default_kryo_serializer_classes() == {}
+    configured = StreamExecutionEnvironment.get_execution_environment(Configuration.from_dict(
+        {"pipeline.auto-generate-uids": "false", "pipeline.object-reuse": "true",
+         "pipeline.auto-watermark-interval": "1 s", "parallelism.default": "4"}))
+    assert not configured.get_config().has_auto_generated_uids_enabled()
+    assert configured.get_config().is_object_reuse_enabled()
+    assert configured.get_config().get_auto_watermark_interval() == 1000
+    assert configured.get_config().get_parallelism() == 4
+    with pytest.raises(ValueError, match="pipeline.object-reuse"):
+        StreamExecutionEnvironment.get_execution_environment(Configuration.from_dict({"pipeline.object-reuse": "yes"}))
+
+
+def test_disabled_auto_generated_uids_refuse_an_operator_without_one(workdir):
+    """As in Flink: with auto-generated uids disabled, a job with an operator that has no uid does not
+    start (its message names the operator) and stays in the environment; with every uid given it runs,
+    the collect sink that execute_and_collect adds needing none."""
+    refused = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    refused.get_config().disable_auto_generated_uids()
+    refused.from_collection([1, 2, 3]).uid("numbers").map(lambda v: v + 1).name("plus one").print().uid("printed")
+    with pytest.raises(ValueError, match="no UID or hash has been assigned to operator plus one"):
+        refused.execute("refused")
+    assert len(refused.get_transformations()) == 3  # kept, to be given its uid
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.get_config().disable_auto_generated_uids()
+    doubled = env.from_collection([1, 2, 3]).uid("numbers").map(lambda v: v * 2).uid("double")
+    with doubled.execute_and_collect("all uids") as results:
+        assert sorted(results) == [2, 4, 6]
+
+
+def test_smaller_pyflink_names_behave_as_pyflink_s():
+    from keyspan.common import Duration, JobExecutionResult, Types, WatermarkStrategy
+    from keyspan.common.typeinfo import RowTypeInfo
+    from keyspan.datastream import PredefinedOptions
+    from keyspan.datastream.data_stream import CloseableIterator
+    from keyspan.datastream.state import AggregatingStateDescriptor, ReducingStateDescriptor
+
+    assert Duration.of_nanos(2_999_999).to_milliseconds() == 2
+    add = lambda a, b: a + b  # noqa: E731
+    assert ReducingStateDescriptor("total", add).get_reduce_function() is add
+    assert AggregatingStateDescriptor("avg", add).get_agg_function() is add
+    row = RowTypeInfo([Types.INT(), Types.STRING()], ["id", "name"])
+    assert row.get_field_index("name") == 1
+    with pytest.raises(ValueError):
+        row.get_field_index("missing")
+    it = CloseableIterator([7])
+    assert it.next() == 7
+    with pytest.raises(StopIteration):
+        it.next()
+    result = JobExecutionResult("job", "name", 1, 1, 1, None)
+    assert result.get_accumulator_result("x") is None and result.get_all_accumulator_results() == {}
+    conf = Configuration().set_float("ratio", 0.25).set_bytearray("secret", bytearray(b"\x00\xff"))
+    assert conf.get_float("ratio", 0.0) == 0.25 and conf.get_bytearray("secret", None) == bytearray(b"\x00\xff")
+    assert conf.key_set() == {"ratio", "secret"} and conf.remove_config("ratio") and not conf.remove_config("ratio")
+    merged = Configuration().add_all(conf, "prefix.")
+    assert merged.key_set() == {"prefix.secret"}
+    target = {}
+    merged.add_all_to_dict(target)
+    assert target == merged.to_dict()
+    assert Configuration.parse_list_value("[a, 'b']") == ["a", "b"] and Configuration.parse_list_value("a;b") == ["a", "b"]
+    backend = EmbeddedRocksDBStateBackend()
+    assert backend.get_predefined_options() == PredefinedOptions.DEFAULT and backend.get_options() is None
+    backend.set_predefined_options(PredefinedOptions.FLASH_SSD_OPTIMIZED)
+    assert backend.get_predefined_options() == PredefinedOptions.FLASH_SSD_OPTIMIZED
+    with pytest.raises(NotImplementedError, match="get_memory_configuration"):
+        backend.set_options("org.example.MyOptionsFactory")
+    with pytest.raises(NotImplementedError, match="watermark alignment.*set_max_records_per_epoch"):
+        WatermarkStrategy.for_monotonous_timestamps().with_watermark_alignment("group", Duration.of_seconds(1))
+    with pytest.raises(NotImplementedError, match="register_cached_file.*add_python_file"):
+        StreamExecutionEnvironment.get_execution_environment().register_cached_file("/tmp/x", "x")
+
+
 def test_configure_reads_supported_keys(tmp_path):
     config = Configuration()
     config.set_string("parallelism.default", "3")
@@ -152,6 +237,7 @@ def test_execute_async_job_client_savepoints_and_stop(workdir, spark):
     assert Path(stopped_at.removeprefix("file://"), "_metadata.json").exists() and stopped_at != savepoint
     client.get_job_execution_result().result(timeout=60)
     assert client.get_job_status().result() == JobStatus.FINISHED
+    assert client.get_accumulators().result() == {}  # PyFlink's Python functions have no accumulators
 
 
 def test_execute_and_collect_with_limit_returns_on_an_unbounded_job(workdir, spark):

@@ -125,6 +125,10 @@ class JobClient:
     def get_job_execution_result(self) -> CompletableFuture:
         return CompletableFuture(self._done)
 
+    def get_accumulators(self) -> CompletableFuture:
+        """Empty, as for any PyFlink Python job: Python functions have no accumulators."""
+        return CompletableFuture._of({})
+
     def _when_checkpointed(self, action):
         while self._runner.committed is None:
             if self._done.done():

@@ -22,6 +22,13 @@ class JobExecutionResult:
     def get_net_runtime(self) -> int:
         return self._net_runtime
 
+    def get_accumulator_result(self, accumulator_name: str):
+        """None: PyFlink's Python functions have no accumulators (metrics are in ``result.metrics``)."""
+        return self.get_all_accumulator_results().get(accumulator_name)
+
+    def get_all_accumulator_results(self) -> dict:
+        return {}
+
     def __repr__(self):
         return (f"JobExecutionResult(job={self._job_id!r}, epochs={self.epochs}, records={self.records}, "
                 f"last_checkpoint={self.last_checkpoint}, runtime_ms={self._net_runtime})")

@@ -12,6 +12,11 @@ class Duration:
         return Duration(millis)
 
     @staticmethod
+    def of_nanos(nanos: int) -> "Duration":
+        """Whole milliseconds, as Java's ``Duration.toMillis`` reads it (keyspan's times are milliseconds)."""
+        return Duration(nanos // 1_000_000)
+
+    @staticmethod
     def of_seconds(seconds: int) -> "Duration":
         return Duration(seconds * 1000)
 

@@ -29,6 +29,10 @@ class RowTypeInfo(TypeInformation):
     def get_field_names(self):
         return self.field_names
 
+    def get_field_index(self, field_name: str) -> int:
+        """The field's position (ValueError for a name the row does not have, as in PyFlink)."""
+        return self.field_names.index(field_name)
+
     def get_field_types(self):
         return self.field_types
 

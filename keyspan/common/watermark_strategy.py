@@ -64,6 +64,13 @@ class WatermarkStrategy:
             raise ValueError(f"idle_timeout must be positive, got {idle} ms")
         return WatermarkStrategy(self.bound_ms, self.timestamp_assigner, idle)
 
+    def with_watermark_alignment(self, watermark_group: str, max_allowed_watermark_drift: Duration,
+                                 update_interval: Duration | None = None) -> "WatermarkStrategy":
+        raise NotImplementedError(
+            f"not supported by keyspan: watermark alignment (group '{watermark_group}'): keyspan never pauses a "
+            "source; each epoch reads every source's new input, and env.set_max_records_per_epoch(...) bounds "
+            "how much one epoch reads")
+
     def describe(self) -> dict:
         return {"bound_ms": self.bound_ms, "idleness_ms": self.idleness_ms}
 

@@ -75,6 +75,10 @@ class CloseableIterator:
     def __next__(self):
         return next(self._it)
 
+    def next(self):
+        """PyFlink's spelling of ``next(iterator)``: raises StopIteration at the end."""
+        return next(self._it)
+
     def close(self) -> None:
         self._it = iter(())
 

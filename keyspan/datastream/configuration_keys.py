@@ -38,6 +38,13 @@ def _mode(key: str, name: str):
         raise ValueError(f"configuration key '{key}': {name!r} is not STREAMING, BATCH or AUTOMATIC") from None
 
 
+def _flag(key: str, text: str) -> bool:
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"configuration key '{key}': {text!r} is not true or false")
+    return value == "true"
+
+
 def _list(text: str) -> list[str]:
     return [p for p in re.split(r"[;,]", text) if p.strip()]
 
@@ -71,6 +78,12 @@ SUPPORTED = {
     "python.executable": lambda env, k, v: env.set_python_executable(v),
     "python.client.executable": lambda env, k, v: None,  # the driver is the Python that runs the job
     "pipeline.name": lambda env, k, v: None,  # execute(job_name) names the job
+    "pipeline.auto-generate-uids": lambda env, k, v: (env.get_config().enable_auto_generated_uids()
+                                                      if _flag(k, v) else env.get_config().disable_auto_generated_uids()),
+    "pipeline.object-reuse": lambda env, k, v: (env.get_config().enable_object_reuse()
+                                                if _flag(k, v) else env.get_config().disable_object_reuse()),
+    "pipeline.auto-watermark-interval":
+        lambda env, k, v: env.get_config().set_auto_watermark_interval(duration_ms(k, v)),
     "keyspan.small-epochs-in-driver.max-records": lambda env, k, v: env.set_small_epochs_in_driver(int(v)),
     "keyspan.vectorized-aggregation":
         lambda env, k, v: env.set_vectorized_aggregation(str(v).strip().lower() in ("true", "1", "yes", "on")),

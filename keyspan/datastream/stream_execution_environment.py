@@ -11,7 +11,7 @@ from keyspan.datastream.checkpoint_config import CheckpointConfig
 from keyspan.datastream.execution_mode import RuntimeExecutionMode
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.data_stream import DataStream
-from keyspan.datastream.transformation import OperatorKind, Transformation
+from keyspan.datastream.transformation import VIRTUAL_KINDS, OperatorKind, Transformation
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 
@@ -38,7 +38,7 @@ class StreamExecutionEnvironment:
         self._max_records_per_epoch: int | None = None
         self._small_epochs_in_driver = 0
         self._spark = None
-        self._config = ExecutionConfig()
+        self._config = ExecutionConfig(self)
         self._time_characteristic = TimeCharacteristic.EventTime
         self._runtime_mode = RuntimeExecutionMode.STREAMING
         self._dependencies = PythonDependencies()
@@ -291,8 +291,22 @@ class StreamExecutionEnvironment:
     def _take_transformations(self) -> list[Transformation]:
         """The job graph, handed to the run that ``execute`` starts. As in PyFlink, the environment is
         then empty: the next ``execute`` runs only what was built after this one, never this job again."""
+        if not self._config.has_auto_generated_uids_enabled():
+            self._check_uids()
         taken, self._transformations = self._transformations, []
         return taken
+
+    def _check_uids(self) -> None:
+        """With ``get_config().disable_auto_generated_uids()``, every operator the job built needs a uid,
+        as in Flink (the collect sink ``execute_and_collect`` adds holds no state and is left out)."""
+        from keyspan.connectors.driver_sinks import CollectSink
+
+        for t in self._transformations:
+            if t.kind not in VIRTUAL_KINDS and not t.uid and not isinstance(t.spec, CollectSink):
+                raise ValueError(
+                    f"Auto generated UIDs have been disabled but no UID or hash has been assigned to operator "
+                    f"{t.name}: give it one with .uid(...) (a uid ties the operator to its state in checkpoints "
+                    "and savepoints), or call env.get_config().enable_auto_generated_uids()")
 
     # sources ---------------------------------------------------------------------------
     def _add_transformation(self, kind, name, inputs, function=None, output_type=None, key_selector=None,
@@ -383,6 +397,11 @@ class StreamExecutionEnvironment:
         """Nothing to release: the SparkSession outlives the environment."""
 
     # not supported ----------------------------------------------------------------------
+    def register_cached_file(self, file_path: str, name: str, executable: bool = False):
+        raise NotImplementedError(
+            f"not supported by keyspan: register_cached_file('{name}'), Flink's distributed cache for Java "
+            "functions; ship files that Python functions read with env.add_python_file(...)")
+
     def create_input(self, input_format, type_info=None):
         raise NotImplementedError(
             "not supported by keyspan: create_input takes a Java InputFormat; use env.from_source(FileSource...) "

@@ -84,6 +84,9 @@ class ReducingStateDescriptor(StateDescriptor):
         super().__init__(name, type_info)
         self.reduce_function = reduce_function
 
+    def get_reduce_function(self):
+        return self.reduce_function
+
 
 class AggregatingStateDescriptor(StateDescriptor):
     kind = "aggregating"
@@ -91,6 +94,9 @@ class AggregatingStateDescriptor(StateDescriptor):
     def __init__(self, name: str, agg_function, state_type_info=None):
         super().__init__(name, state_type_info)
         self.agg_function = agg_function
+
+    def get_agg_function(self):
+        return self.agg_function
 
 
 class State(ABC):

@@ -571,6 +571,23 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
     def get_number_of_transfer_threads(self) -> int:
         return self._transfer_threads
 
+    def set_predefined_options(self, options) -> None:
+        """Recorded (a ``PredefinedOptions`` preset) and read back; keyspan sizes RocksDB from
+        ``get_memory_configuration()`` instead."""
+        self._predefined_options = options
+
+    def get_predefined_options(self):
+        return getattr(self, "_predefined_options", "DEFAULT")  # PredefinedOptions.DEFAULT
+
+    def set_options(self, options_factory_class_name: str) -> None:
+        raise NotImplementedError(
+            f"not supported by keyspan: set_options('{options_factory_class_name}') takes a Java RocksDB options "
+            "factory; size RocksDB with get_memory_configuration() instead")
+
+    def get_options(self) -> None:
+        """No Java options factory is ever set (see ``set_options``)."""
+        return None
+
     def _root(self, operator: str, key_groups: range) -> str:
         if self._db_storage_paths:
             paths = self._db_storage_paths
