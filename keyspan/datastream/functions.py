@@ -107,6 +107,9 @@ class RuntimeContext(ABC):
     @abstractmethod
     def get_aggregating_state(self, state_descriptor): ...
 
+    @abstractmethod
+    def get_metrics_group(self): ...
+
 
 class ProcessFunction(Function):
     class Context(ABC):
