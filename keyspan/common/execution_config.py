@@ -15,8 +15,7 @@ class ExecutionConfig:
         self._environment = environment  # the StreamExecutionEnvironment these settings belong to
         self._auto_watermark_interval = 200
         self._global_job_parameters: dict[str, str] = {}
-        self._auto_generated_uids = True
-        self._flags = {"closure_cleaner": True, "force_kryo": False, "generic_types": True, "force_avro": False,
+        self._flags = {"auto_generated_uids": True, "closure_cleaner": True, "force_kryo": False, "generic_types": True, "force_avro": False,
                        "object_reuse": False}
         self._latency_tracking_interval = 0
         self._task_cancellation_interval = 30_000
@@ -57,18 +56,16 @@ class ExecutionConfig:
 
     # -- operator uids ----------------------------------------------------------------------------
     def enable_auto_generated_uids(self) -> "ExecutionConfig":
-        self._auto_generated_uids = True
-        return self
+        return self._set("auto_generated_uids", True)
 
     def disable_auto_generated_uids(self) -> "ExecutionConfig":
         """Every operator the job builds must then have a ``uid`` (or ``set_uid_hash``): ``execute``
         refuses a job with one that has not, as Flink does, since a generated uid changes when the
         job's graph changes and would leave that operator's state behind in a savepoint."""
-        self._auto_generated_uids = False
-        return self
+        return self._set("auto_generated_uids", False)
 
     def has_auto_generated_uids_enabled(self) -> bool:
-        return self._auto_generated_uids
+        return self._flags["auto_generated_uids"]
 
     # -- settings of Flink's JVM, kept for compatibility ----------------------------------------
     def enable_closure_cleaner(self) -> "ExecutionConfig":

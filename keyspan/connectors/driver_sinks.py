@@ -75,9 +75,7 @@ class CloseableIterator:
     def __next__(self):
         return next(self._it)
 
-    def next(self):
-        """PyFlink's spelling of ``next(iterator)``: raises StopIteration at the end."""
-        return next(self._it)
+    next = __next__  # PyFlink's spelling of next(iterator): StopIteration at the end
 
     def close(self) -> None:
         self._it = iter(())
