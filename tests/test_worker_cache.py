@@ -466,3 +466,42 @@ def test_workers_and_their_cached_state_outlive_a_gap_between_epochs_longer_than
     job.join()
     after_gap = {int(line.split()[1]) for line in where.read_text().splitlines() if line.startswith("b")}
     assert after_gap and after_gap <= alive, (after_gap, alive)
+
+
+class WhereSubtask(KeyedProcessFunction):
+    """Each record comes back with the subtask that handled it and the Python process it ran in."""
+
+    def open(self, runtime_context):
+        self.subtask = runtime_context.get_index_of_this_subtask()
+        self.n = runtime_context.get_state(ValueStateDescriptor("n"))
+
+    def process_element(self, value, ctx):
+        self.n.update((self.n.value() or 0) + 1)
+        yield self.subtask, os.getpid(), value, self.n.value()
+
+
+def _where_subtasks_ran(env, name: str) -> list:
+    env.set_max_records_per_epoch(40)  # 10 epochs
+    return list(env.from_collection([f"k{i % 30}" for i in range(400)]).key_by(lambda k: k)
+                .process(WhereSubtask()).uid("where").execute_and_collect(name))
+
+
+def test_each_subtask_of_the_last_keyed_stage_runs_every_epoch_in_one_python_worker_of_its_own(workdir, env):
+    """Spark gives a task to whichever Python worker is idle; the keyed stage's function is made once
+    per subtask, each in its own pool of workers, so every epoch of a subtask runs in the process that
+    holds its state. Results are the same with the setting off."""
+    from keyspan.common import Configuration
+
+    out = _where_subtasks_ran(env, "one-worker-per-subtask")
+    pids = {}
+    for subtask, pid, _, _ in out:
+        pids.setdefault(subtask, set()).add(pid)
+    assert sorted(pids) == [0, 1]
+    assert all(len(p) == 1 for p in pids.values()), pids
+    assert pids[0] != pids[1]
+    assert {(key, n) for _, _, key, n in out} == {(f"k{k}", n) for k in range(30) for n in range(1, 15 if k < 10 else 14)}
+
+    env.configure(Configuration().set_string("keyspan.python-worker-per-subtask", "false"))
+    assert not env.is_python_worker_per_subtask_enabled()
+    again = _where_subtasks_ran(env, "any-worker")
+    assert sorted((s, key, n) for s, _, key, n in again) == sorted((s, key, n) for s, _, key, n in out)

@@ -87,6 +87,7 @@ SUPPORTED = {
     "keyspan.small-epochs-in-driver.max-records": lambda env, k, v: env.set_small_epochs_in_driver(int(v)),
     "keyspan.vectorized-aggregation":
         lambda env, k, v: env.set_vectorized_aggregation(str(v).strip().lower() in ("true", "1", "yes", "on")),
+    "keyspan.python-worker-per-subtask": lambda env, k, v: env.set_python_worker_per_subtask(_flag(k, v)),
 }
 
 

@@ -45,6 +45,7 @@ class StreamExecutionEnvironment:
         self._buffer_timeout = 100
         self._chaining = True
         self._vectorized_aggregation = True
+        self._python_worker_per_subtask = True
         self._default_savepoint_dir: str | None = None
         self._restart_strategy = None
         self._configuration = Configuration()  # every key given to configure(), also those only the runtime reads
@@ -205,6 +206,18 @@ class StreamExecutionEnvironment:
 
     def is_vectorized_aggregation_enabled(self) -> bool:
         return self._vectorized_aggregation
+
+    def set_python_worker_per_subtask(self, enabled: bool) -> "StreamExecutionEnvironment":
+        """keyspan: give each subtask of the job's last keyed operators Python workers of its own (on by
+        default), so a subtask's state stays in the process that ran its last epoch. Off, Spark gives a
+        task to any idle Python worker, which then first applies what other workers changed since it
+        last ran the subtask. On costs one more Python process per subtask on each executor that runs
+        it (docs/architecture.md)."""
+        self._python_worker_per_subtask = bool(enabled)
+        return self
+
+    def is_python_worker_per_subtask_enabled(self) -> bool:
+        return self._python_worker_per_subtask
 
     def register_slot_sharing_group(self, slot_sharing_group) -> "StreamExecutionEnvironment":
         """Accepted: Spark places tasks; there are no slots to share."""

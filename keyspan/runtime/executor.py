@@ -459,7 +459,8 @@ class JobRunner:
         spark_session.prepare_session(spark)
         spark_session.ship_dependencies(spark, dependencies, self.options.workdir)
         self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch(), batch=self.batch,
-                                  driver_max_records=self.env.get_small_epochs_in_driver())
+                                  driver_max_records=self.env.get_small_epochs_in_driver(),
+                                  worker_per_subtask=self.env.is_python_worker_per_subtask_enabled())
         offsets = latest["source_offsets"] if (latest and new_run) else None
         if offsets is not None and not all(t.spec.restorable for t in plan.sources):
             raise JobExecutionError(

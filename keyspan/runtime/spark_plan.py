@@ -7,6 +7,7 @@ partition itself: the streaming DataFrame only advances those sources' offsets."
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import reduce
 
@@ -24,6 +25,11 @@ from keyspan.runtime.protocol import (
 from keyspan.runtime.driver_epoch import DriverEpochs, runs_in_driver
 from keyspan.runtime.worker.task import make_stage_function, no_rows
 
+# Names the subtask in the environment of its stage's Python function: Spark keeps one pool of Python
+# workers per function environment (``SparkEnv.PythonWorkersKey``), so each subtask gets workers of its own.
+SUBTASK_WORKERS_ENV = "KEYSPAN_SUBTASK_WORKERS"
+_UDF_ENVIRONMENT = threading.Lock()  # a function takes SparkContext.environment as it is when it is created
+
 
 @dataclass
 class EpochRows:
@@ -34,8 +40,9 @@ class EpochRows:
 
 class SparkStages:
     def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None, batch: bool = False,
-                 driver_max_records: int = 0):
+                 driver_max_records: int = 0, worker_per_subtask: bool = True):
         self.plan = plan
+        self.worker_per_subtask = worker_per_subtask  # see ``_one_worker_per_subtask``
         self.driver_max_records = driver_max_records  # an epoch of at most this many records runs in the driver
         self._in_driver: DriverEpochs | None = None
         self.spark = spark
@@ -51,7 +58,7 @@ class SparkStages:
         self._index: dict[int, int] | None = None  # source transformation id → _ks_src tag (several sources)
         self._routing: dict[int, tuple] = {}  # stage id → its JVM routing columns, heartbeat rows, subtask column
         self._last_epoch_on_spark: int | None = None
-        self._functions: dict[int, object] = {}  # stage id → its mapInArrow function, a UDF column on the JVM
+        self._functions: dict[tuple, object] = {}  # (stage id, subtask or None) → its mapInArrow UDF column
         from pyspark.sql.pandas.types import from_arrow_schema
 
         self.output_type = from_arrow_schema(OUTPUT_SCHEMA)  # a DDL string would cost a JVM parse per stage and epoch
@@ -65,14 +72,22 @@ class SparkStages:
         self.close()
 
     def touch_workers(self, group: str, description: str) -> None:
-        """One Python task per Spark core, each reading one row and returning none. Spark stops all idle
+        """One Python task per Spark core, and one in each subtask's own workers (``_one_worker_per_subtask``),
+        each reading one row and returning none. Spark stops all idle
         Python workers of an executor once none of them ran a task for a minute (``PythonWorkerFactory``),
         and with them the operators and state this job keeps in them between epochs. The Spark job runs
         in job group ``group`` (``cancelJobGroup`` ends it)."""
         sc = self.spark.sparkContext
-        cores = sc.defaultParallelism
         sc.setJobGroup(group, description, interruptOnCancel=True)  # this thread's jobs only
-        self.spark.range(cores, numPartitions=cores).mapInArrow(no_rows, "id long").collect()
+        cores = sc.defaultParallelism
+        rows = self.spark.range(cores, numPartitions=cores)
+        _map_in_arrow(rows, _udf_column(self.spark, no_rows, "id long", rows.columns)).collect()
+        subtasks = max((s.plan.parallelism for s in self.plan.stages if self._one_worker_per_subtask(s)), default=0)
+        if subtasks:  # and the workers of each subtask
+            rows = self.spark.range(subtasks, numPartitions=subtasks)
+            _collect_partitions(sc, _union([
+                _map_in_arrow(rows, _udf_column(self.spark, no_rows, "id long", rows.columns, subtask=i))
+                for i in range(subtasks)]), _diagonal(subtasks))
 
     def close(self) -> None:
         """The run ended (or was replanned): the driver forgets the operators it ran."""
@@ -196,27 +211,34 @@ class SparkStages:
             return out
         return out.filter(F.col("_ks_exit") == exit_id)
 
-    def _map_in_arrow(self, df, stage_id: int):
-        """``df.mapInArrow(stage function)`` with the function created on the JVM once per plan. PySpark's
-        own ``mapInArrow`` wraps its function in a new UDF at every call and passes it each column as
-        a resolved ``Column``, one py4j round trip each: ~15–20 ms per stage and epoch. This builds the same
-        plan node (PySpark 4.3's ``DataFrame.mapInArrow``) from a UDF column kept across epochs, whose
-        arguments are the stage input's columns by name, resolved again in each epoch's plan (a stage's
-        input columns are fixed by the plan; the optimizer keeps exactly the columns a UDF names)."""
-        from pyspark.sql import DataFrame
-
-        column = self._functions.get(stage_id)
+    def _stage_function(self, df, stage_id: int, subtask: int | None = None):
+        """``df.mapInArrow(stage function)`` with the function created on the JVM once per plan (and
+        subtask, ``_one_worker_per_subtask``). PySpark's own ``mapInArrow`` wraps its function in a new
+        UDF at every call and passes it each column as a resolved ``Column``, one py4j round trip each:
+        ~15–20 ms per stage and epoch. This builds the same plan node from a UDF column kept across epochs,
+        whose arguments are the stage input's columns by name, resolved again in each epoch's plan (a
+        stage's input columns are fixed by the plan; the optimizer keeps exactly the columns a UDF names)."""
+        column = self._functions.get((stage_id, subtask))
         if column is None:
-            from pyspark.sql import functions as F
-            from pyspark.sql.pandas.functions import pandas_udf
-            from pyspark.util import PythonEvalType
+            function = make_stage_function(*self.stage_code[stage_id], self._reader_code(stage_id),
+                                           for_subtask=subtask)
+            column = self._functions[(stage_id, subtask)] = _udf_column(self.spark, function, self.output_type,
+                                                                        df.columns, subtask)
+        return _map_in_arrow(df, column)
 
-            udf = pandas_udf(make_stage_function(*self.stage_code[stage_id], self._reader_code(stage_id)),
-                             returnType=self.output_type,
-                             functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-            names = [F.col("`" + c.replace("`", "``") + "`") for c in df.columns]
-            column = self._functions[stage_id] = udf(*names)._jc
-        return DataFrame(df._jdf.mapInArrow(column, False, None), df.sparkSession)
+    def _one_worker_per_subtask(self, stage) -> bool:
+        """Spark hands a task to whichever Python worker of its pool is idle, so the worker that gets a
+        subtask's next task has often cached that subtask's state an epoch behind, and first applies
+        the epoch another worker ran (a quarter of the window benchmark's Python time; for RocksDB,
+        every change written into two copies). A terminal stage fed by an exchange therefore runs one
+        function per subtask, each naming its subtask in its environment, over the one exchange:
+        the union of those functions' outputs, of which the epoch's job computes only partition i of
+        function i (``_collect_partitions``). The exchange is computed once (Spark reuses an exchange
+        that appears twice in a plan); a stage with a downstream exchange is not terminal and keeps
+        one function: its output feeds that exchange, which would read every function's partitions."""
+        p = stage.plan
+        return (self.worker_per_subtask and not p.has_downstream and stage.source is None
+                and p.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED))
 
     def _reader_code(self, stage_id: int) -> bytes | None:
         """The pickled ``SourceReader`` a keyspan source's stage reads with (None for other stages)."""
@@ -258,6 +280,7 @@ class SparkStages:
             if not s.plan.has_downstream or any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 consumers[s.plan.stage_id] += 1
         persisted = []
+        diagonal = {}  # stage id → its parallelism: the stages run as one function per subtask
         for s in plan.stages:
             p = s.plan
             if p.input_format == InputFormat.PUSHED_DOWN:
@@ -273,10 +296,14 @@ class SparkStages:
                 parts = [self._rows_through(outputs[up], up, exit_id) for up, exit_id in s.inputs]
                 if s.broadcast_inputs:
                     parts = _broadcast_first(parts, s)
-                in_df = reduce(lambda a, b: a.union(b), parts).repartitionById(p.parallelism, "_ks_sub")
+                in_df = _union(parts).repartitionById(p.parallelism, "_ks_sub")
                 if s.broadcast_inputs:
                     in_df = in_df.sortWithinPartitions("_ks_first", "_ks_seq").drop("_ks_first", "_ks_seq")
-            out = self._map_in_arrow(in_df, p.stage_id)
+            if self._one_worker_per_subtask(s):
+                out = _union([self._stage_function(in_df, p.stage_id, i) for i in range(p.parallelism)])
+                diagonal[p.stage_id] = p.parallelism
+            else:
+                out = self._stage_function(in_df, p.stage_id)
             if consumers[p.stage_id] > 1:
                 out = out.persist()
                 persisted.append(out)
@@ -287,9 +314,10 @@ class SparkStages:
                 continue
             out = outputs[s.plan.stage_id]
             if not s.plan.has_downstream:
-                finals.append(out)
+                subtasks = diagonal.get(s.plan.stage_id)
+                finals.append((out, _diagonal(subtasks) if subtasks else None))
             elif any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
-                finals.append(out.filter(F.col("_ks_exit") == DRIVER_EXIT))
+                finals.append((out.filter(F.col("_ks_exit") == DRIVER_EXIT), None))
         try:
             return _collect_all(self.spark.sparkContext, finals, context)  # each has OUTPUT_SCHEMA's columns
         finally:
@@ -311,13 +339,14 @@ def _epoch_rows(result, in_driver: bool = False) -> EpochRows:
 
 def _collect_all(sc, frames, context: str) -> list:
     """Each terminal stage is its own Spark job (run concurrently), never a union of stage outputs:
-    under a union, a task's partition id would no longer be its subtask index. Every job carries the
-    epoch's context as a local property of the thread that starts it (a Python thread has a JVM
-    thread of its own, which inherits nothing)."""
-    def collect(frame):
+    under a union, a task's partition id would no longer be its subtask index. ``frames``: (DataFrame,
+    the partitions to compute, None for all). Every job carries the epoch's context as a local property
+    of the thread that starts it (a Python thread has a JVM thread of its own, which inherits nothing)."""
+    def collect(frame_partitions):
+        frame, partitions = frame_partitions
         sc.setLocalProperty(EPOCH_CONTEXT_PROPERTY, context)
         try:
-            return frame.collect()
+            return frame.collect() if partitions is None else _collect_partitions(sc, frame, partitions)
         finally:
             sc.setLocalProperty(EPOCH_CONTEXT_PROPERTY, None)
 
@@ -327,6 +356,52 @@ def _collect_all(sc, frames, context: str) -> list:
 
     with ThreadPoolExecutor(len(frames)) as pool:
         return [row for rows in pool.map(collect, frames) for row in rows]
+
+
+def _collect_partitions(sc, frame, partitions: list[int]) -> list:
+    """The rows of only ``partitions`` of ``frame``, as one Spark job: PySpark's own ``DataFrame.rdd``
+    rows (pickled on the JVM) through ``SparkContext.runJob``'s path, without a Python step between."""
+    from pyspark.core.rdd import _load_from_socket
+    from pyspark.serializers import BatchedSerializer, CPickleSerializer
+
+    served = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), frame._jdf.javaToPython(), partitions)
+    with _load_from_socket(served, BatchedSerializer(CPickleSerializer())) as rows:
+        return list(rows)
+
+
+def _diagonal(subtasks: int) -> list[int]:
+    """In the union of one function per subtask over ``subtasks`` partitions: partition i of function i."""
+    return [i * subtasks + i for i in range(subtasks)]
+
+
+def _union(frames):
+    return reduce(lambda a, b: a.union(b), frames)
+
+
+def _udf_column(spark, function, return_type, columns: list[str], subtask: int | None = None):
+    """``function`` as an Arrow map-iterator UDF over ``columns`` (by name), a column on the JVM; its
+    environment names ``subtask`` when given (SUBTASK_WORKERS_ENV)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.functions import pandas_udf
+    from pyspark.util import PythonEvalType
+
+    udf = pandas_udf(function, returnType=return_type, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+    names = [F.col("`" + c.replace("`", "``") + "`") for c in columns]
+    environment = spark.sparkContext.environment
+    with _UDF_ENVIRONMENT:
+        if subtask is not None:
+            environment[SUBTASK_WORKERS_ENV] = str(subtask)
+        try:
+            return udf(*names)._jc
+        finally:
+            environment.pop(SUBTASK_WORKERS_ENV, None)
+
+
+def _map_in_arrow(df, column):
+    """The plan node PySpark 4.3's ``DataFrame.mapInArrow`` builds, from a UDF column made beforehand."""
+    from pyspark.sql import DataFrame
+
+    return DataFrame(df._jdf.mapInArrow(column, False, None), df.sparkSession)
 
 
 def _broadcast_first(parts, stage):
