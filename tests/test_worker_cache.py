@@ -16,7 +16,7 @@ import pytest
 from keyspan.checkpoint import reader
 from keyspan.checkpoint.handles import is_catch_up
 from keyspan.checkpoint.manifest import next_manifest, restore_order
-from keyspan.checkpoint.savepoint import load_savepoint, write_savepoint
+from keyspan.checkpoint.savepoint import load_savepoint, write_checkpoint_metadata, write_savepoint
 from keyspan.datastream import KeyedProcessFunction
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
@@ -107,8 +107,14 @@ class Job:
         """``worker`` ran another subtask in the last epoch and waits for its next task (as a Spark
         worker does after ``handoff.start``); the task arrives and stops the wait."""
         instances._INSTANCES = self.workers[worker]
-        handoff.start(str(notes), self.last_context)
+        handoff.start(str(notes), self.last_context, [], [])
         handoff.wait()
+
+    def write_checkpoint_file(self) -> None:
+        """What the driver writes right after each commit: the checkpoint's ``_metadata.json``."""
+        write_checkpoint_metadata(self.storage, {
+            "job_id": "job", "epoch": self.committed["epoch"], "max_parallelism": MAX_PARALLELISM, "parallelism": 1,
+            "source_offsets": {}, "operators": [], "manifest": self.committed["manifest"]}, job_name="job", key=None)
 
     def retry_last_epoch(self) -> None:
         """The last epoch's attempt is not the one committed: the checkpoint before it is the latest."""
@@ -296,6 +302,39 @@ def test_a_worker_more_than_an_epoch_behind_catches_up_from_the_checkpoint_then_
     job.wait_for_next_task("A", notes)
     again, read, _ = job.epoch("A", {"z": 1})
     assert again is a and read == 0 and job.state_of(a) == {"x": 2, "y": 3, "z": 1}
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["its-attempt-committed", "another-attempt-committed"])
+def test_a_worker_confirms_its_own_epoch_while_it_waits_once_the_checkpoint_lists_its_files(tmp_path, committed):
+    """After its task a worker watches for the epoch's checkpoint file; when it lists the files the
+    task wrote, the worker writes the epoch's changes into RocksDB then, not when its next task starts.
+    When the driver committed another attempt of the epoch, the next task rolls this one back."""
+    import time
+
+    job = Job(tmp_path / "ckpt", EmbeddedRocksDBStateBackend(), max_chain=8)
+    job.epoch("A", {"x": 1, "y": 1})
+    inst, _, handles = job.epoch("A", {"x": 2, "z": 3})
+    waited = job.last_context
+    if not committed:
+        job.retry_last_epoch()
+        job.epoch("B", {"x": 7})  # Spark's retry on B is the attempt the driver committed
+    job.write_checkpoint_file()
+    instances._INSTANCES = job.workers["A"]
+    stored = len(list(inst.backend._db.keys()))  # x and y: z is still only in the worker's cache
+    handoff.start(str(tmp_path / "notes"), waited, [inst], handles)
+    deadline = time.monotonic() + 5
+    while committed and inst.pending is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    handoff.wait()
+    if committed:
+        assert inst.pending is None and inst.version == waited.epoch
+        assert len(list(inst.backend._db.keys())) == stored + 1  # z written into RocksDB
+    else:
+        assert inst.pending is not None and inst.version == waited.epoch - 1
+        assert len(list(inst.backend._db.keys())) == stored
+    again, read, _ = job.epoch("A", {})  # its state is the committed one (asserted in ``epoch``)
+    assert again is inst and (read == 0) == committed
 
 
 def test_an_applied_note_whose_attempt_was_not_committed_gets_the_instance_rebuilt(tmp_path):

@@ -130,17 +130,23 @@ class OperatorInstance:
         committed that attempt; otherwise nothing can undo them and the instance must be rebuilt."""
         if self.pending is not None:
             epoch, token = self.pending
-            self.pending = None
             if _committed_token(ctx, epoch, self.state_id) == token:
-                if self.backend is not None:
-                    self.backend.confirm()
-                self.version = epoch
+                self.confirm_committed()
             else:
+                self.pending = None
                 self.rollback()
         if self.ahead is not None:
             epoch, token = self.ahead
             self.ahead = None
             self.version = epoch if _committed_token(ctx, epoch, self.state_id) == token else None
+
+    def confirm_committed(self) -> None:
+        """The driver committed the parked attempt: its changes become the base."""
+        epoch, _ = self.pending
+        self.pending = None
+        if self.backend is not None:
+            self.backend.confirm()
+        self.version = epoch
 
     def rollback(self) -> None:
         if self.backend is not None:

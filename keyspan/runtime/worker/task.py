@@ -494,7 +494,7 @@ class StageTask(OperatorChain):
         notes = handoff.notes_directory()
         if notes is not None:
             handoff.leave_notes(notes, self.ctx, self.instances, handles, self.token)
-            handoff.start(notes, self.ctx)
+            handoff.start(notes, self.ctx, self.instances, handles)
 
     def _snapshot_state(self):
         context = SnapshotContext(self.ctx.epoch)
