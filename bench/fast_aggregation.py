@@ -3,6 +3,7 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
 
     python bench/fast_aggregation.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 1]
                                      [--skip-sum] [--skip-windows] [--window-source spark|file] [--pyflink]
+                                     [--any-worker]
 
 1. Rolling sum per key. keyspan: ``from_spark`` (one file per epoch) → ``key_by(key).sum("value")`` →
    DiscardingSink, a checkpoint every epoch; one output per event (Flink's semantics); the final
@@ -21,7 +22,9 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    SumAndCount("value"), KeyAndWindow())`` on the fast path and on the per-record path
    (``--window-source file``: keyspan's FileSource, read in a Python source stage, instead); every
    window result is delivered after its checkpoint commits and checked against the expected sums
-   and counts; Spark's emitted row count is checked against its watermark rule. Each run's CPU
+   and counts; Spark's emitted row count is checked against its watermark rule. ``--any-worker``
+   also runs the fast path with ``set_python_worker_per_subtask(False)`` (Spark hands each task to any
+   idle Python worker, which first applies what the other worker changed). Each run's CPU
    seconds are printed too, split between the Spark JVM, its Python workers and this process
    (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to.
 
@@ -155,11 +158,13 @@ def rolling_sum(spark, args, work: str) -> None:
 
 # --- tumbling windows -------------------------------------------------------------------------------------
 
-def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize: bool, source: str = "spark") -> dict:
+def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize: bool, source: str = "spark",
+                        worker_per_subtask: bool = True) -> dict:
     options.install(options.RunOptions(workdir=workdir, fresh=True, rest_api=False))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
     env.set_vectorized_aggregation(vectorize)
+    env.set_python_worker_per_subtask(worker_per_subtask)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(5)).with_timestamp_assigner(ts_of)
     if source == "file":
         files = FileSource.for_record_stream_format(StreamFormat.parquet_format(), directory) \
@@ -192,13 +197,16 @@ def windows(spark, args, work: str) -> None:
         run_keyspan_windows(spark, warm, os.path.join(work, f"ksw-warm-{vectorize}"), f"w-warm-{vectorize}", vectorize,
                             args.window_source)
     run_spark(spark, warm, os.path.join(work, "spw-warm"), HDFS)
-    rates = {"fast": [], "per-record": [], "spark": []}
+    variants = [("fast", True, True), ("per-record", False, True)]
+    if args.any_worker:
+        variants.append(("fast, any worker", True, False))
+    rates = {**{name: [] for name, _, _ in variants}, "spark": []}
     cpu = {name: [] for name in rates}  # CPU seconds of each run, by process kind
     for i in range(args.repeats):
-        for name, vectorize in (("fast", True), ("per-record", False)):
+        for name, vectorize, own in variants:
             before = cpu_seconds()
-            r = run_keyspan_windows(spark, data_dir, os.path.join(work, f"ksw-{name}-{i}"), f"windows-{name}-{i}",
-                                    vectorize, args.window_source)
+            job = f"windows-{name.replace(', ', '-').replace(' ', '-')}-{i}"
+            r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own)
             cpu[name].append(cpu_spent(before, cpu_seconds()))
             assert r["windows"] == expected, \
                 f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
@@ -221,6 +229,10 @@ def windows(spark, args, work: str) -> None:
     print(f"keyspan fast path                   {m['fast']:>10,.0f} events/s   / Spark = {m['fast'] / m['spark']:.2f}x")
     print(f"keyspan per-record path             {m['per-record']:>10,.0f} events/s   / Spark = "
           f"{m['per-record'] / m['spark']:.2f}x")
+    if args.any_worker:
+        print(f"keyspan fast path, any worker       {m['fast, any worker']:>10,.0f} events/s   / Spark = "
+              f"{m['fast, any worker'] / m['spark']:.2f}x   (a Python worker per subtask / any worker = "
+              f"{m['fast'] / m['fast, any worker']:.2f})")
     print(f"Spark groupBy(window, key), HDFS    {m['spark']:>10,.0f} events/s", flush=True)
     if cpu["spark"][-1]:  # where each run spent its CPU (median over the runs), which a busy machine moves less
         print("CPU per run (median): " + "; ".join(
@@ -422,6 +434,9 @@ def main():
                     help="events of the warm-up run before the measured ones (set it to --events to measure a warm JVM)")
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
+    ap.add_argument("--any-worker", action="store_true",
+                    help="also run the windows' fast path with set_python_worker_per_subtask(False): Spark hands each "
+                         "task to any idle Python worker")
     ap.add_argument("--window-source", choices=("spark", "file"), default="spark",
                     help="the windows' source: from_spark over Spark's Parquet stream, or keyspan's FileSource")
     ap.add_argument("--operator-only", action="store_true", help="only the aggregation step, without Spark")

@@ -10,6 +10,7 @@ One process, one SparkSession. For each state size S (keys) the same Parquet eve
     python bench/state_backends.py [--sizes 100000 1000000] [--events-per-key 2] [--files 10]
     python bench/state_backends.py --shapes 100000:200000 1000000:2000000 10000:1000000  # keys:events
     python bench/state_backends.py --shapes 200000:1000000 --repeats 3  # alternating, ratio of medians
+    python bench/state_backends.py --shapes 1000000:2000000 --repeats 3 --any-worker
 
 ``--shapes`` runs several (keys, events) shapes in one session; ``10000:1000000`` is the data of
 bench/running_sum.py (10k keys, 1M events, seed 7), where each key is touched ~10 times per epoch.
@@ -21,11 +22,12 @@ commit; the first epoch's is from ``execute`` start, so it includes the query st
 is "full" when a manifest handle of its own epoch is a full snapshot, "delta" when all of its own
 handles are deltas ("full+delta" when subtasks differ). The final state is read back from the last
 checkpoint and compared with the expected sums. "State loading" is the slowest task's time loading
-state before its records (``tasks.restore`` of ``JobExecutionResult.epoch_phases``): Spark does not
-keep a subtask on the same Python worker, so a worker that last ran the subtask epochs ago catches up
-from the other worker's delta files, or restores it whole when its copy predates the deltas the
-newest full snapshot folded. On RocksDB it also includes writing the worker's own last epoch into
-RocksDB, which waits until the task learns that the driver committed that epoch.
+state before its records (``tasks.restore`` of ``JobExecutionResult.epoch_phases``): on RocksDB,
+writing the worker's own last epoch into RocksDB, which waits until the task learns that the driver
+committed that epoch. With ``--any-worker`` RocksDB also runs with
+``set_python_worker_per_subtask(False)``: Spark then hands a subtask's task to any idle Python worker,
+which first catches up from the other worker's delta files (or restores the subtask whole when its
+copy predates the deltas the newest full snapshot folded); the ratio of the two is printed.
 
 Peak RSS: before each run the peak-RSS counter (VmHWM) of every Python worker process under this
 driver (cmdline contains ``pyspark.daemon`` or ``pyspark/worker``) is reset by writing 5 to
@@ -49,7 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.baselines import expected_sums, generate_events, make_spark  # noqa: E402
+from bench.baselines import cpu_seconds, cpu_spent, expected_sums, format_cpu, generate_events, make_spark  # noqa: E402
 from bench.running_sum import RunningSum  # noqa: E402
 from keyspan.checkpoint.metadata import MetadataStore  # noqa: E402
 from keyspan.checkpoint.reader import latest_keyed_state  # noqa: E402
@@ -130,19 +132,22 @@ def read_peaks(start: dict[int, int]) -> dict:
 
 # ---------------------------------------------------------------- the job
 
-def run(spark, backend: str, data: str, workdir: str, job: str) -> dict:
+def run(spark, backend: str, data: str, workdir: str, job: str, worker_per_subtask: bool = True) -> dict:
     options.install(options.RunOptions(workdir=workdir, fresh=True))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
+    env.set_python_worker_per_subtask(worker_per_subtask)
     env.set_state_backend(BACKENDS[backend]())
     env.get_checkpoint_config().set_num_retained_checkpoints(10_000)  # keep every manifest to classify it
     events = spark.readStream.schema("key long, value long").option("maxFilesPerTrigger", 1).parquet(data)
     (env.from_spark(events, bounded=True).key_by(lambda r: r.key)
         .process(RunningSum()).uid("sum").sink_to(DiscardingSink()))
     rss_start = reset_peaks()
+    cpu = cpu_seconds()
     t0, wall0 = time.perf_counter(), time.time()
     result = env.execute(job)
     seconds = time.perf_counter() - t0
+    cpu = cpu_spent(cpu, cpu_seconds())
     mem = read_peaks(rss_start)
     checkpoints = MetadataStore(options.current().metadata()).list_checkpoints(job)
     restore = {p["epoch"]: p.get("tasks.restore", 0) for p in result.epoch_phases}
@@ -158,7 +163,7 @@ def run(spark, backend: str, data: str, workdir: str, job: str) -> dict:
                        "seconds": c["created_at"] - prev, "restore": restore.get(c["epoch"], 0)})
         prev = c["created_at"]
     return {"events": result.records, "seconds": seconds, "rate": result.records / seconds,
-            "epochs": epochs, "mem": mem}
+            "epochs": epochs, "mem": mem, "cpu": cpu}
 
 
 def _mean(xs):
@@ -175,11 +180,14 @@ def main():
                     help="(keys, events) shapes to run instead of --sizes × --events-per-key")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per backend and shape, alternating RocksDB and heap; the ratio is of the medians")
+    ap.add_argument("--any-worker", action="store_true",
+                    help="also run RocksDB with set_python_worker_per_subtask(False) (Spark hands each task to any "
+                         "idle Python worker), alternating with the others, and print the ratio")
     args = ap.parse_args()
     shapes = ([tuple(int(x) for x in shape.split(":")) for shape in args.shapes] if args.shapes
               else [(size, size * args.events_per_key) for size in args.sizes])
     work = tempfile.mkdtemp(prefix="keyspan-backends-")
-    rows, rates = [], {}
+    rows, rates, workers_cpu = [], {}, {}
     try:
         spark = make_spark(cores=2)
         warm = generate_events(os.path.join(work, "warm"), 20_000, 2_000, 2, 1)
@@ -190,26 +198,29 @@ def main():
             expected = None if args.no_verify else expected_sums(data)
             # rocksdb first: its RSS is then not measured on top of heap dicts; alternating, so that
             # neither backend always runs on a colder JVM
-            for repeat, b in itertools.product(range(args.repeats), ("rocksdb", "heap")):
-                job = f"backends-{b}-{size}-{n_events}-{repeat}"
-                r = run(spark, b, data, os.path.join(work, f"wd-{b}-{size}-{n_events}-{repeat}"), job)
+            variants = [("rocksdb", True), ("heap", True)] + ([("rocksdb", False)] if args.any_worker else [])
+            for repeat, (b, own) in itertools.product(range(args.repeats), variants):
+                name = b if own else f"{b}, any worker"
+                job = f"backends-{b}{'' if own else '-any'}-{size}-{n_events}-{repeat}"
+                r = run(spark, b, data, os.path.join(work, f"wd-{job}"), job, worker_per_subtask=own)
                 if expected is not None:
                     state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(),
                                                job, "sum")["total"]
                     assert state == expected, f"{job}: checkpointed state differs from the expected sums"
-                rates.setdefault((size, n_events), {}).setdefault(b, []).append(r["rate"])
+                rates.setdefault((size, n_events), {}).setdefault(name, []).append(r["rate"])
+                workers_cpu.setdefault((size, n_events), {}).setdefault(name, []).append(r["cpu"].get("python workers"))
                 if repeat:
-                    print(f"{b} {size:,} keys, {n_events:,} events, repeat {repeat + 1}: {r['rate']:,.0f} events/s",
-                          flush=True)
+                    print(f"{name} {size:,} keys, {n_events:,} events, repeat {repeat + 1}: {r['rate']:,.0f} events/s "
+                          f"(CPU: {format_cpu(r['cpu'])})", flush=True)
                     continue
-                r.update(backend=b, size=size, n_events=n_events, keys=len(expected) if expected else None)
+                r.update(backend=name, size=size, n_events=n_events, keys=len(expected) if expected else None)
                 rows.append(r)
-                print(f"\n{b} {size:,} keys, {n_events:,} events: {r['events']:,} in {r['seconds']:.1f} s = "
+                print(f"\n{name} {size:,} keys, {n_events:,} events: {r['events']:,} in {r['seconds']:.1f} s = "
                       f"{r['rate']:,.0f} "
                       f"events/s{'' if expected is None else ', state verified'}; python workers: "
                       f"{r['mem']['workers']} procs, peak max {r['mem']['max_peak_mb']:.0f} MB, sum of peaks "
-                      f"{r['mem']['sum_peak_mb']:.0f} MB (sum RSS at start {r['mem']['sum_start_mb']:.0f} MB)",
-                      flush=True)
+                      f"{r['mem']['sum_peak_mb']:.0f} MB (sum RSS at start {r['mem']['sum_start_mb']:.0f} MB); "
+                      f"CPU: {format_cpu(r['cpu'])}", flush=True)
                 print("  epoch  kind        bytes written   (in full files / delta files)   epoch time   "
                       "state loading (slowest task)")
                 for e in r["epochs"]:
@@ -238,12 +249,21 @@ def main():
               f"| {m['max_peak_mb']:,.0f} / {m['sum_peak_mb']:,.0f} "
               f"| {m['sum_start_mb']:,.0f} → +{m['sum_growth_mb']:,.0f} |")
     for (size, n_events), rate in rates.items():
-        if len(rate) == 2:
+        if "rocksdb" in rate and "heap" in rate:
             rocks, heap = statistics.median(rate["rocksdb"]), statistics.median(rate["heap"])
             each = ", ".join(f"{r / h:.2f}" for r, h in zip(rate["rocksdb"], rate["heap"]))
             print(f"{size:,} keys, {n_events:,} events: RocksDB / heap throughput = {rocks / heap:.2f} "
                   f"(target >= 0.6)" + (f"; medians of {args.repeats}: RocksDB {rocks:,.0f}, heap {heap:,.0f} "
                                          f"events/s; per repeat {each}" if args.repeats > 1 else ""))
+        if "rocksdb, any worker" in rate:
+            own, anyw = statistics.median(rate["rocksdb"]), statistics.median(rate["rocksdb, any worker"])
+            each = ", ".join(f"{o / a:.2f}" for o, a in zip(rate["rocksdb"], rate["rocksdb, any worker"]))
+            cpu = workers_cpu[(size, n_events)]
+            cpu_note = (f"; Python workers' CPU per run, medians: {statistics.median(cpu['rocksdb']):.1f} s against "
+                        f"{statistics.median(cpu['rocksdb, any worker']):.1f} s"
+                        if None not in cpu["rocksdb"] + cpu["rocksdb, any worker"] else "")
+            print(f"{size:,} keys, {n_events:,} events: RocksDB, a Python worker per subtask / any worker = "
+                  f"{own / anyw:.2f} ({own:,.0f} / {anyw:,.0f} events/s; per repeat {each}{cpu_note})")
 
 
 if __name__ == "__main__":
