@@ -508,7 +508,8 @@ def test_workers_and_their_cached_state_outlive_a_gap_between_epochs_longer_than
 
 
 class WhereSubtask(KeyedProcessFunction):
-    """Each record comes back with the subtask that handled it and the Python process it ran in."""
+    """Each record comes back with the subtask that handled it, the Python process it ran in and the
+    pool of workers that process belongs to (named in its environment)."""
 
     def open(self, runtime_context):
         self.subtask = runtime_context.get_index_of_this_subtask()
@@ -516,7 +517,14 @@ class WhereSubtask(KeyedProcessFunction):
 
     def process_element(self, value, ctx):
         self.n.update((self.n.value() or 0) + 1)
-        yield self.subtask, os.getpid(), value, self.n.value()
+        yield self.subtask, os.getpid(), value, self.n.value(), os.environ.get("KEYSPAN_WORKER_POOL")
+
+
+def _pids_by_subtask(out) -> dict[int, set[int]]:
+    pids = {}
+    for subtask, pid, *_ in out:
+        pids.setdefault(subtask, set()).add(pid)
+    return pids
 
 
 def _where_subtasks_ran(env, name: str) -> list:
@@ -532,15 +540,26 @@ def test_each_subtask_of_the_last_keyed_stage_runs_every_epoch_in_one_python_wor
     from keyspan.common import Configuration
 
     out = _where_subtasks_ran(env, "one-worker-per-subtask")
-    pids = {}
-    for subtask, pid, _, _ in out:
-        pids.setdefault(subtask, set()).add(pid)
+    pids = _pids_by_subtask(out)
     assert sorted(pids) == [0, 1]
     assert all(len(p) == 1 for p in pids.values()), pids
     assert pids[0] != pids[1]
-    assert {(key, n) for _, _, key, n in out} == {(f"k{k}", n) for k in range(30) for n in range(1, 15 if k < 10 else 14)}
+    assert {(key, n) for _, _, key, n, _ in out} == {(f"k{k}", n) for k in range(30) for n in range(1, 15 if k < 10 else 14)}
 
     env.configure(Configuration().set_string("keyspan.python-worker-per-subtask", "false"))
     assert not env.is_python_worker_per_subtask_enabled()
     again = _where_subtasks_ran(env, "any-worker")
-    assert sorted((s, key, n) for s, _, key, n in again) == sorted((s, key, n) for s, _, key, n in out)
+    assert sorted((s, key, n) for s, _, key, n, _ in again) == sorted((s, key, n) for s, _, key, n, _ in out)
+
+
+def test_more_subtasks_than_cores_share_as_many_pools_of_workers_as_an_executor_has_cores(workdir, env):
+    """Four subtasks on two cores: subtasks 0 and 2 run in one pool of workers, 1 and 3 in another, so
+    an executor does not start a Python worker per subtask. Each pool's workers never run the other
+    pool's subtasks."""
+    env.set_parallelism(4)
+    out = _where_subtasks_ran(env, "pools-of-workers")
+    pids = _pids_by_subtask(out)
+    assert sorted(pids) == [0, 1, 2, 3]
+    assert not (pids[0] | pids[2]) & (pids[1] | pids[3]), pids
+    assert {(subtask, pool) for subtask, _, _, _, pool in out} == {(0, "0"), (1, "1"), (2, "0"), (3, "1")}
+    assert {(key, n) for _, _, key, n, _ in out} == {(f"k{k}", n) for k in range(30) for n in range(1, 15 if k < 10 else 14)}

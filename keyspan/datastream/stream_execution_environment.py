@@ -209,10 +209,10 @@ class StreamExecutionEnvironment:
 
     def set_python_worker_per_subtask(self, enabled: bool) -> "StreamExecutionEnvironment":
         """keyspan: give each subtask of the job's last keyed operators Python workers of its own (on by
-        default), so a subtask's state stays in the process that ran its last epoch. Off, Spark gives a
-        task to any idle Python worker, which then first applies what other workers changed since it
-        last ran the subtask. On costs one more Python process per subtask on each executor that runs
-        it (docs/architecture.md)."""
+        default; with more subtasks than an executor has cores, they share that many pools of workers),
+        so a subtask's state stays in the process that ran its last epoch. Off, Spark gives a task to
+        any idle Python worker, which then first applies what other workers changed since it last ran
+        the subtask. On costs a second set of Python workers, about one per core (docs/deployment.md)."""
         self._python_worker_per_subtask = bool(enabled)
         return self
 

@@ -25,9 +25,9 @@ from keyspan.runtime.protocol import (
 from keyspan.runtime.driver_epoch import DriverEpochs, runs_in_driver
 from keyspan.runtime.worker.task import make_stage_function, no_rows
 
-# Names the subtask in the environment of its stage's Python function: Spark keeps one pool of Python
-# workers per function environment (``SparkEnv.PythonWorkersKey``), so each subtask gets workers of its own.
-SUBTASK_WORKERS_ENV = "KEYSPAN_SUBTASK_WORKERS"
+# Names a pool of Python workers in the environment of a stage's Python function: Spark keeps one pool
+# of workers per function environment (``SparkEnv.PythonWorkersKey``; ``SparkStages._worker_pools``).
+WORKER_POOL_ENV = "KEYSPAN_WORKER_POOL"
 _UDF_ENVIRONMENT = threading.Lock()  # a function takes SparkContext.environment as it is when it is created
 
 
@@ -42,7 +42,8 @@ class SparkStages:
     def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None, batch: bool = False,
                  driver_max_records: int = 0, worker_per_subtask: bool = True):
         self.plan = plan
-        self.worker_per_subtask = worker_per_subtask  # see ``_one_worker_per_subtask``
+        self.worker_per_subtask = worker_per_subtask  # see ``_worker_pools``
+        self._executor_cores: int | None = None
         self.driver_max_records = driver_max_records  # an epoch of at most this many records runs in the driver
         self._in_driver: DriverEpochs | None = None
         self.spark = spark
@@ -72,8 +73,8 @@ class SparkStages:
         self.close()
 
     def touch_workers(self, group: str, description: str) -> None:
-        """One Python task per Spark core, and one in each subtask's own workers (``_one_worker_per_subtask``),
-        each reading one row and returning none. Spark stops all idle
+        """One Python task per Spark core, and one in each pool of the subtasks' own workers
+        (``_worker_pools``), each reading one row and returning none. Spark stops all idle
         Python workers of an executor once none of them ran a task for a minute (``PythonWorkerFactory``),
         and with them the operators and state this job keeps in them between epochs. The Spark job runs
         in job group ``group`` (``cancelJobGroup`` ends it)."""
@@ -82,12 +83,12 @@ class SparkStages:
         cores = sc.defaultParallelism
         rows = self.spark.range(cores, numPartitions=cores)
         _map_in_arrow(rows, _udf_column(self.spark, no_rows, "id long", rows.columns)).collect()
-        subtasks = max((s.plan.parallelism for s in self.plan.stages if self._one_worker_per_subtask(s)), default=0)
-        if subtasks:  # and the workers of each subtask
-            rows = self.spark.range(subtasks, numPartitions=subtasks)
+        pools = max((self._worker_pools(s) for s in self.plan.stages), default=0)
+        if pools:
+            rows = self.spark.range(pools, numPartitions=pools)
             _collect_partitions(sc, _union([
-                _map_in_arrow(rows, _udf_column(self.spark, no_rows, "id long", rows.columns, subtask=i))
-                for i in range(subtasks)]), _diagonal(subtasks))
+                _map_in_arrow(rows, _udf_column(self.spark, no_rows, "id long", rows.columns, pool=k))
+                for k in range(pools)]), _partitions_in_pools(pools, pools))
 
     def close(self) -> None:
         """The run ended (or was replanned): the driver forgets the operators it ran."""
@@ -211,34 +212,44 @@ class SparkStages:
             return out
         return out.filter(F.col("_ks_exit") == exit_id)
 
-    def _stage_function(self, df, stage_id: int, subtask: int | None = None):
+    def _stage_function(self, df, stage_id: int, pool: int | None = None):
         """``df.mapInArrow(stage function)`` with the function created on the JVM once per plan (and
-        subtask, ``_one_worker_per_subtask``). PySpark's own ``mapInArrow`` wraps its function in a new
+        pool, ``_worker_pools``). PySpark's own ``mapInArrow`` wraps its function in a new
         UDF at every call and passes it each column as a resolved ``Column``, one py4j round trip each:
         ~15–20 ms per stage and epoch. This builds the same plan node from a UDF column kept across epochs,
         whose arguments are the stage input's columns by name, resolved again in each epoch's plan (a
         stage's input columns are fixed by the plan; the optimizer keeps exactly the columns a UDF names)."""
-        column = self._functions.get((stage_id, subtask))
+        column = self._functions.get((stage_id, pool))
         if column is None:
             function = make_stage_function(*self.stage_code[stage_id], self._reader_code(stage_id),
-                                           for_subtask=subtask)
-            column = self._functions[(stage_id, subtask)] = _udf_column(self.spark, function, self.output_type,
-                                                                        df.columns, subtask)
+                                           in_union=pool is not None)
+            column = self._functions[(stage_id, pool)] = _udf_column(self.spark, function, self.output_type,
+                                                                     df.columns, pool)
         return _map_in_arrow(df, column)
 
-    def _one_worker_per_subtask(self, stage) -> bool:
+    def _worker_pools(self, stage) -> int:
         """Spark hands a task to whichever Python worker of its pool is idle, so the worker that gets a
         subtask's next task has often cached that subtask's state an epoch behind, and first applies
         the epoch another worker ran (a quarter of the window benchmark's Python time; for RocksDB,
-        every change written into two copies). A terminal stage fed by an exchange therefore runs one
-        function per subtask, each naming its subtask in its environment, over the one exchange:
-        the union of those functions' outputs, of which the epoch's job computes only partition i of
-        function i (``_collect_partitions``). The exchange is computed once (Spark reuses an exchange
-        that appears twice in a plan); a stage with a downstream exchange is not terminal and keeps
-        one function: its output feeds that exchange, which would read every function's partitions."""
+        every change written into two copies). A terminal stage fed by an exchange therefore runs in
+        pools of workers of its own: one function per pool, each naming its pool in its environment,
+        over the one exchange; subtask i runs in pool i mod pools. The epoch's job is the union of
+        those functions' outputs, of which it computes only subtask i's partition of i's pool's
+        function (``_collect_partitions``). The exchange is computed once (Spark reuses an exchange
+        that appears twice in a plan). With a pool per subtask (at most as many subtasks as an
+        executor's cores), each subtask keeps its worker; more subtasks share the pools, which bounds
+        an executor's Python workers by about its cores squared. A stage with a downstream exchange
+        is not terminal and keeps one function (0 pools): its output feeds that exchange, which
+        would read every function's partitions."""
         p = stage.plan
-        return (self.worker_per_subtask and not p.has_downstream and stage.source is None
-                and p.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED))
+        if not (self.worker_per_subtask and not p.has_downstream and stage.source is None
+                and p.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED)):
+            return 0
+        if self._executor_cores is None:
+            sc = self.spark.sparkContext
+            cores = sc.getConf().get("spark.executor.cores")  # unset: local mode, or an executor takes every core
+            self._executor_cores = int(cores) if cores else sc.defaultParallelism
+        return min(p.parallelism, self._executor_cores)
 
     def _reader_code(self, stage_id: int) -> bytes | None:
         """The pickled ``SourceReader`` a keyspan source's stage reads with (None for other stages)."""
@@ -280,7 +291,7 @@ class SparkStages:
             if not s.plan.has_downstream or any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 consumers[s.plan.stage_id] += 1
         persisted = []
-        diagonal = {}  # stage id → its parallelism: the stages run as one function per subtask
+        in_pools = {}  # stage id → the partitions its epoch's job computes: a stage run in pools of its own
         for s in plan.stages:
             p = s.plan
             if p.input_format == InputFormat.PUSHED_DOWN:
@@ -299,9 +310,10 @@ class SparkStages:
                 in_df = _union(parts).repartitionById(p.parallelism, "_ks_sub")
                 if s.broadcast_inputs:
                     in_df = in_df.sortWithinPartitions("_ks_first", "_ks_seq").drop("_ks_first", "_ks_seq")
-            if self._one_worker_per_subtask(s):
-                out = _union([self._stage_function(in_df, p.stage_id, i) for i in range(p.parallelism)])
-                diagonal[p.stage_id] = p.parallelism
+            pools = self._worker_pools(s)
+            if pools:
+                out = _union([self._stage_function(in_df, p.stage_id, k) for k in range(pools)])
+                in_pools[p.stage_id] = _partitions_in_pools(p.parallelism, pools)
             else:
                 out = self._stage_function(in_df, p.stage_id)
             if consumers[p.stage_id] > 1:
@@ -314,8 +326,7 @@ class SparkStages:
                 continue
             out = outputs[s.plan.stage_id]
             if not s.plan.has_downstream:
-                subtasks = diagonal.get(s.plan.stage_id)
-                finals.append((out, _diagonal(subtasks) if subtasks else None))
+                finals.append((out, in_pools.get(s.plan.stage_id)))
             elif any(e.kind == ExitKind.DRIVER for e in s.plan.exits):
                 finals.append((out.filter(F.col("_ks_exit") == DRIVER_EXIT), None))
         try:
@@ -369,18 +380,19 @@ def _collect_partitions(sc, frame, partitions: list[int]) -> list:
         return list(rows)
 
 
-def _diagonal(subtasks: int) -> list[int]:
-    """In the union of one function per subtask over ``subtasks`` partitions: partition i of function i."""
-    return [i * subtasks + i for i in range(subtasks)]
+def _partitions_in_pools(subtasks: int, pools: int) -> list[int]:
+    """In the union of one function per pool over ``subtasks`` partitions: partition i of the function
+    of pool i mod pools, for each subtask i."""
+    return [(i % pools) * subtasks + i for i in range(subtasks)]
 
 
 def _union(frames):
     return reduce(lambda a, b: a.union(b), frames)
 
 
-def _udf_column(spark, function, return_type, columns: list[str], subtask: int | None = None):
+def _udf_column(spark, function, return_type, columns: list[str], pool: int | None = None):
     """``function`` as an Arrow map-iterator UDF over ``columns`` (by name), a column on the JVM; its
-    environment names ``subtask`` when given (SUBTASK_WORKERS_ENV)."""
+    environment names ``pool`` when given (WORKER_POOL_ENV)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.functions import pandas_udf
     from pyspark.util import PythonEvalType
@@ -389,12 +401,12 @@ def _udf_column(spark, function, return_type, columns: list[str], subtask: int |
     names = [F.col("`" + c.replace("`", "``") + "`") for c in columns]
     environment = spark.sparkContext.environment
     with _UDF_ENVIRONMENT:
-        if subtask is not None:
-            environment[SUBTASK_WORKERS_ENV] = str(subtask)
+        if pool is not None:
+            environment[WORKER_POOL_ENV] = str(pool)
         try:
             return udf(*names)._jc
         finally:
-            environment.pop(SUBTASK_WORKERS_ENV, None)
+            environment.pop(WORKER_POOL_ENV, None)
 
 
 def _map_in_arrow(df, column):

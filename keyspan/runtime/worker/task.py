@@ -52,11 +52,13 @@ _READERS: dict[bytes, object] = {}  # a source stage's pickled SourceReader → 
 
 
 def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | None = None,
-                        for_subtask: int | None = None):
+                        in_union: bool = False):
     """The function given to ``mapInArrow``, built once per plan; the plan travels as bytes and is
     unpickled once per worker, the epoch's context comes with each task (a Spark local property).
     A keyspan source's stage gets its ``SourceReader`` too: each of its tasks reads one input partition.
-    A function made ``for_subtask`` runs only that subtask's tasks (``SparkStages._one_worker_per_subtask``)."""
+    A function ``in_union`` is one of a union of functions over the same exchange, each with as many
+    partitions as the stage has subtasks: the subtask is the partition id modulo the parallelism
+    (``SparkStages._worker_pools``)."""
 
     def run(batches):
         plan = stage_plan(plan_bytes, digest)
@@ -69,14 +71,14 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
                                f"a Spark job started by the keyspan driver, which sets '{EPOCH_CONTEXT_PROPERTY}'")
         ctx = decode_context(encoded)
         attempt = tc.attemptNumber()
-        subtask = tc.partitionId() if for_subtask is None else for_subtask
+        subtask = tc.partitionId() % plan.parallelism if in_union else tc.partitionId()
         if reader_bytes is not None:
             # the task's one row is its index among the epoch's reads: its subtask (under a union of stage
             # outputs, Spark's partition id counts the partitions of the inputs before it too). The input
             # is read to its end: a Python worker that leaves input unread is not reused for other tasks
             (subtask,) = [i for batch in batches for i in batch.column(0).to_pylist()]
             batches = source_reader(reader_bytes).read(ctx.reads[plan.stage_id][subtask])
-        elif for_subtask is None and plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
+        elif not in_union and plan.input_format in (InputFormat.EXCHANGE, InputFormat.TYPED_KEYED):
             # A partition id is not the subtask once Spark unions stage outputs; every partition of an
             # exchange then carries rows addressed to it (control rows, or a heartbeat row) that say
             # which. A JVM-routed partition without rows is the subtask its partition id says
