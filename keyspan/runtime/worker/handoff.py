@@ -88,13 +88,14 @@ def start(directory: str, ctx, parked: list, handles: list) -> None:
     """After a task of epoch ``ctx.epoch`` that parked ``parked`` having written ``handles``: in the
     background, bring this worker's other cached keyed subtasks of the run to that epoch, each as soon
     as its note for the epoch appears, and confirm the parked ones once the epoch's checkpoint lists
-    their files. Not on an object store, where each look would be a request."""
+    their files: on a local or mounted file system only, where a look every few milliseconds is a
+    ``stat``; on an object store or HDFS each look would be a request to a server."""
     wait()
     epoch = ctx.epoch
     behind = {key: _note_path(directory, key) for key, inst in instances._INSTANCES.items()
               if key[0] == ctx.run_id and inst.catches_up and (inst.pending is None or inst.pending[0] != epoch)}
     own = {}  # cache key → the paths of the files this attempt wrote for it
-    if not ctx.storage.is_object_store:
+    if ctx.storage.is_local:
         for inst in parked:
             paths = {h["path"] for h in handles if h["uid"] == inst.op.uid and is_keyed(h)}
             if paths and inst.backend is not None:
