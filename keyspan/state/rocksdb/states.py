@@ -225,11 +225,12 @@ class RocksDBObjectCell(RocksDBCell):
             values = self._values
         if self._large:
             b._flush()  # RocksDB gets the byte cache's writes before it is read
+        ukeys = list(wanted)
         ks = list(map(bytes.__add__, map(bytes.__add__, map(_U16.pack, wanted.values()), repeat(self._meta.sid)),
-                      encode_keys(list(wanted))))
-        key_of = dict(zip(ks, wanted))
-        ks.sort()
-        ukeys = list(map(key_of.__getitem__, ks))
+                      encode_keys(ukeys)))
+        order = sorted(range(len(ks)), key=ks.__getitem__)  # positions in key order (as in ``write_through``)
+        ks = list(map(ks.__getitem__, order))
+        ukeys = list(map(ukeys.__getitem__, order))
         cached = _cached_all(list(map(self._db.get, ks)))  # faster than rocksdict's multi-get
         values.update(zip(ukeys, cached))
         self._rkeys.update(zip(ukeys, ks))
@@ -253,26 +254,29 @@ class RocksDBObjectCell(RocksDBCell):
                 if ks[i] is None:
                     ks[i] = rkeys[key] = _U16.pack(kg) + sid + encode_key(key)
         raws = _stored_all(list(map(self._values.__getitem__, written)))
-        if None in raws:  # deletes (``in`` compares bytes with None only)
-            deletes = [k for k, raw in zip(ks, raws) if raw is None]
-            puts = {k: raw for k, raw in zip(ks, raws) if raw is not None}
-        else:
-            deletes, puts = [], dict(zip(ks, raws))
-        ks = sorted(puts)
+        # in key order, which RocksDB inserts faster; sorting positions by key, rather than a dict of
+        # the puts by key, saves a lookup per key
+        order = sorted(range(len(ks)), key=ks.__getitem__)
         if self._large:
             b._flush()
         if undo is not None:
-            missing = [k for k in (*ks, *deletes) if k not in undo]
+            missing = [k for k in ks if k not in undo]
             if missing:
                 undo.update(zip(missing, map(self._db.get, missing)))
         wb = b._rd.WriteBatch(raw_mode=True)
-        deque(map(wb.put, ks, map(puts.__getitem__, ks)), 0)  # in key order: RocksDB inserts it faster
-        for k in deletes:
-            wb.delete(k)
+        if None in raws:  # deletes (``in`` compares bytes with None only)
+            for i in order:
+                raw = raws[i]
+                if raw is None:
+                    wb.delete(ks[i])
+                else:
+                    wb.put(ks[i], raw)
+        else:
+            deque(map(wb.put, map(ks.__getitem__, order), map(raws.__getitem__, order)), 0)
         self._db.write(wb)
         if self._large:
             cache = b._cache
-            for k in (*ks, *deletes):
+            for k in ks:
                 cache.pop(k, None)
         self._written = {}
 
