@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keyspan.common import Row, Types
+from keyspan.common import Row, RowKind, Types
 from keyspan.datastream import (
     FilterFunction,
     FlatMapFunction,
@@ -223,6 +223,26 @@ def test_row_named_records_and_print_at_parallelism_one(env, capsys):
     assert sorted(printed) == sorted(str(e) for e in expected)
 
 
+
+def _with_kind(record):
+    row = Row(key=record[0], n=record[1])
+    row.set_row_kind([RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE][record[1] % 4])
+    return row
+
+
+def test_a_row_kind_travels_with_the_row_through_an_exchange_to_the_driver(env):
+    """PyFlink's ``Row.get_row_kind``/``set_row_kind``: a kind set in one operator is the row's kind in the
+    next ones, across an exchange (where Rows of one class otherwise travel as columns) and to the driver."""
+    records = [(f"k{i % 3}", i) for i in range(20)]
+    out = (env.from_collection(records).map(_with_kind).key_by(lambda r: r.key)
+           .map(lambda r: (r.key, r.n, r.get_row_kind().name, r)).execute_and_collect(limit=100))
+    kinds = ["INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE"]
+    assert sorted(o[:3] for o in out) == sorted((k, n, kinds[n % 4]) for k, n in records)
+    assert all(o[3].get_row_kind().name == o[2] and o[3].n == o[1] for o in out)
+    assert Row(1).get_row_kind() is RowKind.INSERT and Row(a=1) == Row(a=1)
+    with pytest.raises(TypeError, match="RowKind"):
+        Row(1).set_row_kind("DELETE")
+
 # --- print() at parallelism > 1 ----------------------------------------------------------------------------
 
 class Describe(KeyedProcessFunction):
@@ -357,5 +377,8 @@ def test_chunks_of_rows_cross_an_exchange_as_columns_and_come_back_as_the_same_r
     assert back[3].key == "k3" and back[4].x == [4]
     # anything else travels as it is: mixed classes, a Row missing a field, Rows without names
     short = tuple.__new__(type(rows[0]), ("k9", 9))
-    for chunk in ([Row(a=1), Row(b=1)], rows + [short], [Row(1, 2), Row(3, 4)], [(1, 2)], []):
+    deleted = Row(key="k5", n=5, x=None)
+    deleted.set_row_kind(RowKind.DELETE)
+    for chunk in ([Row(a=1), Row(b=1)], rows + [short], [Row(1, 2), Row(3, 4)], [(1, 2)], [], rows + [deleted]):
         assert packed_rows(chunk) is chunk
+    assert pickle.loads(pickle.dumps(rows + [deleted]))[-1].get_row_kind() is RowKind.DELETE

@@ -271,6 +271,21 @@ def test_execution_plan_is_flink_shaped_json():
     assert nodes["KeyedProcess"]["predecessors"][0]["ship_strategy"] == "HASH"
 
 
+def test_pyflink_common_names_import_from_keyspan_common():
+    """``pyflink.common``'s names that keyspan has are importable from ``keyspan.common`` too, not only
+    from their own modules."""
+    import keyspan.common as common
+    from keyspan.common.serialization import DeserializationSchema, SerializationSchema
+    from keyspan.common.time import Instant
+    from keyspan.common.typeinfo import TypeInformation
+    from keyspan.common.types import RowKind
+
+    assert (common.SerializationSchema, common.DeserializationSchema, common.Instant, common.TypeInformation,
+            common.RowKind) == (SerializationSchema, DeserializationSchema, Instant, TypeInformation, RowKind)
+    assert [k.name for k in RowKind] == ["INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE"]
+    assert set(common.__all__) <= set(dir(common))
+
+
 def test_unsupported_pyflink_names_say_what_to_use_instead():
     with pytest.raises(ImportError, match="not supported by keyspan: the Table API.*env.from_spark"):
         from keyspan.table import StreamTableEnvironment  # noqa: F401
@@ -278,6 +293,8 @@ def test_unsupported_pyflink_names_say_what_to_use_instead():
         from keyspan.datastream import AsyncFunction  # noqa: F401
     with pytest.raises(ImportError, match="SourceFunction.*from_source"):
         from keyspan.datastream import SourceFunction  # noqa: F401
+    with pytest.raises(ImportError, match="keyspan.common.ExecutionMode.*set_runtime_mode"):
+        from keyspan.common import ExecutionMode  # noqa: F401
     env = StreamExecutionEnvironment.get_execution_environment()
     with pytest.raises(NotImplementedError, match="not supported by keyspan: add_source"):
         env.add_source(object())

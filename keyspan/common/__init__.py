@@ -1,9 +1,9 @@
 """PyFlink's ``pyflink.common`` names used by DataStream jobs."""
 
-from keyspan.common.time import Duration, Time
-from keyspan.common.typeinfo import Types
-from keyspan.common.types import Row
-from keyspan.common.serialization import Encoder, SimpleStringSchema
+from keyspan.common.time import Duration, Instant, Time
+from keyspan.common.typeinfo import TypeInformation, Types
+from keyspan.common.types import Row, RowKind
+from keyspan.common.serialization import DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema
 from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.job_execution_result import JobExecutionResult
@@ -12,6 +12,24 @@ from keyspan.common.job_status import JobStatus
 from keyspan.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from keyspan.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
-__all__ = ["Row", "Types", "Duration", "Time", "Encoder", "SimpleStringSchema", "Configuration", "ExecutionConfig", "JobExecutionResult",
+__all__ = ["Row", "RowKind", "Types", "TypeInformation", "Duration", "Instant", "Time", "Encoder", "SerializationSchema",
+           "DeserializationSchema", "SimpleStringSchema", "Configuration", "ExecutionConfig", "JobExecutionResult",
            "RestartStrategies", "RestartStrategyConfiguration",
            "TimestampAssigner", "WatermarkStrategy", "CompletableFuture", "JobClient", "JobID", "JobStatus"]
+
+from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("keyspan.common", {
+    "ExecutionMode": "a batch-only setting of Flink's DataSet runtime; use "
+                     "env.set_runtime_mode(RuntimeExecutionMode.BATCH) (keyspan.datastream) instead",
+    "InputDependencyConstraint": "a batch-only scheduling setting of Flink's DataSet runtime; keyspan's "
+                                 "epochs schedule every stage as Spark jobs",
+    "ConfigOption": "typed options of Flink's JVM configuration; set an option by its key with "
+                    "Configuration.set_string/set_integer/set_boolean or keyspan run -D key=value instead",
+    "ConfigOptions": "typed options of Flink's JVM configuration; set an option by its key with "
+                     "Configuration.set_string/set_integer/set_boolean or keyspan run -D key=value instead",
+    "TypeSerializer": "records are pickled by Python; declare record types with Types (keyspan.common) instead",
+    "AssignerWithPeriodicWatermarksWrapper": "it wraps a JVM watermark assigner; use "
+                                             "WatermarkStrategy.for_bounded_out_of_orderness(...)"
+                                             ".with_timestamp_assigner(...) instead",
+})

@@ -1,7 +1,8 @@
-"""``Row``: PyFlink's record type for rows, a tuple with optional field names."""
+"""``Row``: PyFlink's record type for rows, a tuple with optional field names, and its ``RowKind``."""
 
 from __future__ import annotations
 
+from enum import Enum
 from functools import partial
 
 try:  # the C accessor namedtuple uses: reads the tuple slot without calling __getitem__
@@ -11,10 +12,24 @@ except ImportError:  # pragma: no cover - other Python implementations
         return property(lambda self: tuple.__getitem__(self, index), doc=doc)
 
 
+class RowKind(Enum):
+    """The change a row stands for (PyFlink's ``RowKind``)."""
+
+    INSERT = 0
+    UPDATE_BEFORE = 1
+    UPDATE_AFTER = 2
+    DELETE = 3
+
+
+_KIND_SET = [False]  # whether a row of this process was given a kind: only then do chunks look for kinds
+
+
 class Row(tuple):
-    """``Row(1, 'a')`` or ``Row(id=1, name='a')``; fields by position and, when named, by name."""
+    """``Row(1, 'a')`` or ``Row(id=1, name='a')``; fields by position and, when named, by name. A row's
+    kind travels with it between operators; as for a tuple, it is not part of equality."""
 
     _fields: tuple[str, ...] | None = None
+    _row_kind = RowKind.INSERT  # a row given another kind holds its own
 
     def __new__(cls, *args, **kwargs):
         if args and kwargs:
@@ -39,6 +54,15 @@ class Row(tuple):
         d = self.as_dict()
         return [d[n] for n in names]
 
+    def get_row_kind(self) -> RowKind:
+        return self._row_kind
+
+    def set_row_kind(self, row_kind: RowKind) -> None:
+        if not isinstance(row_kind, RowKind):
+            raise TypeError(f"a row kind is a RowKind (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE), got {row_kind!r}")
+        _KIND_SET[0] = True
+        self._row_kind = row_kind
+
     def __getattr__(self, item):
         if item.startswith("__"):
             raise AttributeError(item)
@@ -58,6 +82,8 @@ class Row(tuple):
         return tuple.__getitem__(self, item)
 
     def __reduce__(self):
+        if self._row_kind is not RowKind.INSERT:
+            return (_row_of_kind, (self._fields, tuple(self), self._row_kind))
         if self._fields is not None:
             return (Row.from_values, (self._fields, tuple(self)))
         return (Row, tuple(self))
@@ -66,6 +92,12 @@ class Row(tuple):
         if self._fields is not None:
             return "Row(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
         return "Row(" + ", ".join(repr(v) for v in self) + ")"
+
+
+def _row_of_kind(fields, values, kind: RowKind) -> Row:
+    row = Row(*values) if fields is None else Row.from_values(fields, values)
+    row.set_row_kind(kind)
+    return row
 
 
 _ROW_CLASSES: dict[tuple[str, ...], type] = {}
@@ -88,11 +120,13 @@ def packed_rows(records: list):
     """A chunk of records as it is best pickled: when all are Rows of one named class (with all their
     fields), that class's field names and one list per field, so pickle runs at C speed over flat
     lists instead of calling ``Row.__reduce__`` once per record (and makes no tuple per record);
-    unpickling gives the list of Rows back. Any other chunk is returned as it is."""
+    unpickling gives the list of Rows back. Any other chunk, or one with a row of another kind than
+    INSERT, is returned as it is."""
     if records:
         cls = type(records[0])
         if (issubclass(cls, Row) and cls._fields and set(map(type, records)) == {cls}
-                and set(map(len, records)) == {len(cls._fields)}):
+                and set(map(len, records)) == {len(cls._fields)}
+                and not (_KIND_SET[0] and any(r._row_kind is not RowKind.INSERT for r in records))):
             return _Unpickled(rows_from_columns, (cls._fields, list(map(list, zip(*records)))))
     return records
 
