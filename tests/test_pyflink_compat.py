@@ -275,13 +275,16 @@ def test_pyflink_common_names_import_from_keyspan_common():
     """``pyflink.common``'s names that keyspan has are importable from ``keyspan.common`` too, not only
     from their own modules."""
     import keyspan.common as common
+    from keyspan.common.completable_future import CompletableFuture
+    from keyspan.common.job_id import JobID
     from keyspan.common.serialization import DeserializationSchema, SerializationSchema
     from keyspan.common.time import Instant
     from keyspan.common.typeinfo import TypeInformation
     from keyspan.common.types import RowKind
 
     assert (common.SerializationSchema, common.DeserializationSchema, common.Instant, common.TypeInformation,
-            common.RowKind) == (SerializationSchema, DeserializationSchema, Instant, TypeInformation, RowKind)
+            common.RowKind, common.JobID, common.CompletableFuture) == (
+        SerializationSchema, DeserializationSchema, Instant, TypeInformation, RowKind, JobID, CompletableFuture)
     assert [k.name for k in RowKind] == ["INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE"]
     assert set(common.__all__) <= set(dir(common))
 

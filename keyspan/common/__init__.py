@@ -7,7 +7,9 @@ from keyspan.common.serialization import DeserializationSchema, Encoder, Seriali
 from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.job_execution_result import JobExecutionResult
-from keyspan.common.job_client import CompletableFuture, JobClient, JobID
+from keyspan.common.completable_future import CompletableFuture
+from keyspan.common.job_client import JobClient
+from keyspan.common.job_id import JobID
 from keyspan.common.job_status import JobStatus
 from keyspan.common.restart_strategy import RestartStrategies, RestartStrategyConfiguration
 from keyspan.common.watermark_strategy import TimestampAssigner, WatermarkStrategy

@@ -1,73 +1,14 @@
-"""``JobClient``, ``JobID`` and ``CompletableFuture`` as in ``pyflink.common``: what
-``env.execute_async`` returns to follow and control a job running in a background thread."""
+"""``JobClient`` as in ``pyflink.common.job_client``: what ``env.execute_async`` returns to follow and
+control a job running in a background thread."""
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future
 
+from keyspan.common.completable_future import CompletableFuture
+from keyspan.common.job_id import JobID
 from keyspan.common.job_status import JobStatus
-
-
-class JobID:
-    def __init__(self, job_id: str):
-        self._id = job_id
-
-    def to_hex_string(self) -> str:
-        return self._id
-
-    def __str__(self):
-        return self._id
-
-    def __repr__(self):
-        return f"JobID({self._id!r})"
-
-    def __eq__(self, other):
-        return isinstance(other, JobID) and other._id == self._id
-
-    def __hash__(self):
-        return hash(self._id)
-
-
-class CompletableFuture:
-    """PyFlink's future: ``result()`` waits for the value (or raises the job's error)."""
-
-    def __init__(self, future: Future):
-        self._future = future
-
-    def cancel(self) -> bool:
-        return self._future.cancel()
-
-    def cancelled(self) -> bool:
-        return self._future.cancelled()
-
-    def done(self) -> bool:
-        return self._future.done()
-
-    def result(self, timeout: float | None = None):
-        return self._future.result(timeout)
-
-    def exception(self, timeout: float | None = None):
-        return self._future.exception(timeout)
-
-    @staticmethod
-    def _run(fn) -> "CompletableFuture":
-        future: Future = Future()
-
-        def run():
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 — handed to the caller of result()
-                future.set_exception(exc)
-        threading.Thread(target=run, daemon=True).start()
-        return CompletableFuture(future)
-
-    @staticmethod
-    def _of(value) -> "CompletableFuture":
-        future: Future = Future()
-        future.set_result(value)
-        return CompletableFuture(future)
 
 
 class JobClient:
