@@ -348,6 +348,27 @@ def test_print_sink_with_parallelism_one_has_no_prefix(env, capsys):
     assert sorted(capsys.readouterr().out.splitlines()) == ["10", "20", "30", "40"]
 
 
+
+def _deleted(record):
+    return Row.of_kind(RowKind.DELETE, record[0], record[1] * 2)
+
+
+def test_print_shows_a_declared_type_as_flink_s_java_sink_and_any_other_as_python_s_str(env, capsys):
+    """PyFlink prints a stream of a declared type through Flink's Java sink (the Java object's
+    ``toString``) and any other stream as ``str`` of the Python record."""
+    env.set_parallelism(1)
+    row = Types.ROW([Types.STRING(), Types.INT(), Types.BOOLEAN(), Types.DOUBLE(), Types.STRING()])
+    env.from_collection([Row("ann", 3, True, 1.5, None)], type_info=row).print()
+    env.from_collection([("ann", 3)], type_info=Types.TUPLE([Types.STRING(), Types.INT()])).print()
+    env.from_collection([True, False], type_info=Types.BOOLEAN()).print()
+    env.from_collection([1e7, 0.0001, 2.5, -1.25e-5], type_info=Types.DOUBLE()).print()
+    env.from_collection([("bob", 4)]).map(_deleted, output_type=Types.ROW([Types.STRING(), Types.LONG()])).print()
+    env.from_collection([Row(1, "a"), ("x", True)]).print()
+    env.execute("print-types")
+    assert sorted(capsys.readouterr().out.splitlines()) == sorted([
+        "+I[ann, 3, true, 1.5, null]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5",
+        "-D[bob, 8]", "<Row(1, 'a')>", "('x', True)"])
+
 class StoresAFunction(KeyedProcessFunction):
     def open(self, runtime_context):
         self.handler = runtime_context.get_state(ValueStateDescriptor("handler"))

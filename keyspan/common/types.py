@@ -20,6 +20,9 @@ class RowKind(Enum):
     UPDATE_AFTER = 2
     DELETE = 3
 
+    def __str__(self):
+        return ("+I", "-U", "+U", "-D")[self.value]
+
 
 _KIND_SET = [False]  # whether a row of this process was given a kind: only then do chunks look for kinds
 
@@ -53,6 +56,32 @@ class Row(tuple):
     def get_fields_by_names(self, names):
         d = self.as_dict()
         return [d[n] for n in names]
+
+    def set_field_names(self, field_names) -> None:
+        """Names this row's fields (the row becomes a Row of the named class of ``field_names``)."""
+        if len(field_names) != len(self):
+            raise ValueError(f"{len(field_names)} field names for a row of {len(self)} fields")
+        self.__class__ = named_row_class(tuple(field_names))
+
+    @staticmethod
+    def of_kind(row_kind: RowKind, *args, **kwargs) -> "Row":
+        row = Row(*args, **kwargs)
+        row.set_row_kind(row_kind)
+        return row
+
+    def __contains__(self, item):
+        """A named row holds its field names, an unnamed one its values (as in PyFlink)."""
+        fields = self._fields
+        return item in fields if fields is not None else tuple.__contains__(self, item)
+
+    def __call__(self, *values) -> "Row":
+        """``Person = Row("name", "age")`` then ``Person("Alice", 11)``: a row named by this row's values."""
+        if len(values) > len(self):
+            raise ValueError(f"cannot create a Row with fields {self!r}: expected {len(self)} values, got {values!r}")
+        row = Row.from_values(tuple(self)[:len(values)], values)
+        if self._row_kind is not RowKind.INSERT:
+            row.set_row_kind(self._row_kind)
+        return row
 
     def get_row_kind(self) -> RowKind:
         return self._row_kind
@@ -91,7 +120,7 @@ class Row(tuple):
     def __repr__(self):
         if self._fields is not None:
             return "Row(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
-        return "Row(" + ", ".join(repr(v) for v in self) + ")"
+        return "<Row(" + ", ".join(repr(v) for v in self) + ")>"  # PyFlink's form for a row without names
 
 
 def _row_of_kind(fields, values, kind: RowKind) -> Row:

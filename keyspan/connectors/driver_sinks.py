@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import datetime
+import math
 import sys
+from decimal import Decimal
+
+from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo
 
 
 class DriverSink:
@@ -15,13 +20,20 @@ class DriverSink:
 
 
 class PrintSink(DriverSink):
+    """Each record as PyFlink prints it: a stream of a declared type (``output_type``, ``type_info``)
+    as Flink's Java sink shows the Java object (``+I[ann, 3]`` for a row, ``(ann,3)`` for a tuple,
+    ``true`` for a boolean, ``null`` for None), any other stream as Python's ``str`` of the record."""
+
     name = "Print to Std. Out"
 
-    def __init__(self, sink_identifier: str | None = None):
+    def __init__(self, sink_identifier: str | None = None, type_info=None):
         self.sink_identifier = sink_identifier
+        self.type_info = type_info
 
     def deliver(self, records_by_subtask, parallelism):
         out = sys.stdout
+        t = self.type_info
+        text = str if t is None or t.name == "PICKLED_BYTE_ARRAY" else (lambda record: java_string(record, t))
         for subtask in sorted(records_by_subtask):
             prefix = ""
             if self.sink_identifier:
@@ -29,8 +41,60 @@ class PrintSink(DriverSink):
             elif parallelism > 1:
                 prefix = f"{subtask + 1}> "
             for record in records_by_subtask[subtask]:
-                out.write(f"{prefix}{record}\n")
+                out.write(f"{prefix}{text(record)}\n")
         out.flush()
+
+
+def java_string(value, t) -> str:
+    """``value`` of type ``t`` as the Java object Flink converts it to prints itself (``toString``)."""
+    if value is None:
+        return "null"
+    if isinstance(t, RowTypeInfo):
+        kind = getattr(value, "_row_kind", None)
+        return f"{kind or '+I'}[" + ", ".join(map(java_string, value, t.field_types)) + "]"
+    if isinstance(t, TupleTypeInfo):
+        return "(" + ",".join(map(java_string, value, t.field_types)) + ")"
+    if isinstance(t, ListTypeInfo):
+        return "[" + ", ".join(java_string(v, t.element_type) for v in value) + "]"
+    if isinstance(t, MapTypeInfo):
+        return "{" + ", ".join(f"{java_string(k, t.key_type)}={java_string(v, t.value_type)}"
+                               for k, v in value.items()) + "}"
+    name = getattr(t, "name", None)
+    if name == "BOOLEAN":
+        return "true" if value else "false"
+    if name in ("DOUBLE", "FLOAT") and isinstance(value, float):
+        return _java_float(value, single=name == "FLOAT")
+    if name == "SQL_TIMESTAMP" and isinstance(value, datetime.datetime):
+        fraction = f"{value.microsecond:06d}".rstrip("0") or "0"  # java.sql.Timestamp: at least one digit
+        return value.strftime("%Y-%m-%d %H:%M:%S.") + fraction
+    return str(value)
+
+
+def _java_float(x: float, single: bool) -> str:
+    """Java's ``Double.toString`` (``Float.toString`` when ``single``): the shortest digits that read
+    back as the same number, plain from 10^-3 to 10^7, otherwise as ``d.dddE±n``."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "-0.0" if math.copysign(1, x) < 0 else "0.0"
+    if single:
+        import numpy as np
+
+        shortest = np.format_float_positional(np.float32(x), unique=True, trim="0")
+    else:
+        shortest = repr(x)
+    sign, digits, exponent = Decimal(shortest).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    magnitude = exponent + len(text) - 1  # the power of ten of the first digit
+    minus = "-" if sign else ""
+    if -3 <= magnitude < 7:
+        if magnitude < 0:
+            return f"{minus}0.{'0' * (-magnitude - 1)}{text}"
+        whole, fraction = text[:magnitude + 1].ljust(magnitude + 1, "0"), text[magnitude + 1:]
+        return f"{minus}{whole}.{fraction or '0'}"
+    return f"{minus}{text[0]}.{text[1:] or '0'}E{magnitude}"
 
 
 class CollectSink(DriverSink):

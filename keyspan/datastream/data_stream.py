@@ -312,7 +312,7 @@ class DataStream:
     def print(self, sink_identifier: str | None = None) -> "DataStreamSink":
         from keyspan.connectors.driver_sinks import PrintSink
 
-        return self.sink_to(PrintSink(sink_identifier))
+        return self.sink_to(PrintSink(sink_identifier, self.get_type()))
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
         """Run the job and return its results: with ``limit`` a list of the first ``limit`` records,
