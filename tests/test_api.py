@@ -349,6 +349,22 @@ def test_print_sink_with_parallelism_one_has_no_prefix(env, capsys):
 
 
 
+
+def test_row_as_pyflink_s_row_class_fields_and_membership():
+    person = Row("name", "age")
+    alice = person("Alice", 11)
+    assert (alice.name, alice["age"], alice.as_dict()) == ("Alice", 11, {"name": "Alice", "age": 11})
+    assert "name" in person and "name" in alice and "Alice" not in alice and "Alice" in Row("Alice", 11)
+    assert repr(alice) == "Row(name='Alice', age=11)" and repr(Row(1, "a")) == "<Row(1, 'a')>"
+    with pytest.raises(ValueError):
+        person("Alice", 11, "extra")
+    unnamed = Row("Bob", 12)
+    unnamed.set_field_names(["name", "age"])
+    assert unnamed.age == 12 and unnamed.get_fields_by_names(["age", "name"]) == [12, "Bob"]
+    changed = Row.of_kind(RowKind.UPDATE_BEFORE, name="Cid", age=3)
+    assert changed.get_row_kind() is RowKind.UPDATE_BEFORE and str(changed.get_row_kind()) == "-U"
+    assert [str(k) for k in RowKind] == ["+I", "-U", "+U", "-D"]
+
 def _deleted(record):
     return Row.of_kind(RowKind.DELETE, record[0], record[1] * 2)
 
