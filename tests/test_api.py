@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 
 import pytest
 
-from keyspan.common import Row, RowKind, Types
+from keyspan.common import Instant, Row, RowKind, Types
 from keyspan.datastream import (
     FilterFunction,
     FlatMapFunction,
@@ -380,10 +381,12 @@ def test_print_shows_a_declared_type_as_flink_s_java_sink_and_any_other_as_pytho
     env.from_collection([1e7, 0.0001, 2.5, -1.25e-5], type_info=Types.DOUBLE()).print()
     env.from_collection([("bob", 4)]).map(_deleted, output_type=Types.ROW([Types.STRING(), Types.LONG()])).print()
     env.from_collection([Row(1, "a"), ("x", True)]).print()
+    env.from_collection([Row(datetime.datetime(2024, 1, 2, 3, 4, 5), datetime.time(6, 7, 8), Instant(0, 120_000_000))],
+                        type_info=Types.ROW([Types.SQL_TIMESTAMP(), Types.SQL_TIME(), Types.INSTANT()])).print()
     env.execute("print-types")
     assert sorted(capsys.readouterr().out.splitlines()) == sorted([
         "+I[ann, 3, true, 1.5, null]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5",
-        "-D[bob, 8]", "<Row(1, 'a')>", "('x', True)"])
+        "-D[bob, 8]", "<Row(1, 'a')>", "('x', True)", "+I[2024-01-02 03:04:05.0, 06:07:08, 1970-01-01T00:00:00.120Z]"])
 
 class StoresAFunction(KeyedProcessFunction):
     def open(self, runtime_context):

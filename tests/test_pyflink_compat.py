@@ -113,6 +113,7 @@ def test_execution_config_is_the_environment_s_and_keeps_flink_s_jvm_settings():
     assert config.enable_force_kryo().is_force_kryo_enabled() and config.enable_force_avro().is_force_avro_enabled()
     assert config.set_latency_tracking_interval(500).get_latency_tracking_interval() == 500
     assert config.set_task_cancellation_timeout(0).get_task_cancellation_timeout() == 0
+    assert not config.is_use_snapshot_compression() and config.set_use_snapshot_compression(True).is_use_snapshot_compression()
     assert config.get_registered_kryo_types() == [] and config.get_default_kryo_serializer_classes() == {}
     configured = StreamExecutionEnvironment.get_execution_environment(Configuration.from_dict(
         {"pipeline.auto-generate-uids": "false", "pipeline.object-reuse": "true",
@@ -286,6 +287,7 @@ def test_pyflink_common_names_import_from_keyspan_common():
             common.RowKind, common.JobID, common.CompletableFuture) == (
         SerializationSchema, DeserializationSchema, Instant, TypeInformation, RowKind, JobID, CompletableFuture)
     assert [k.name for k in RowKind] == ["INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE"]
+    assert (common.Types.SQL_TIME().name, common.Types.INSTANT().name) == ("SQL_TIME", "INSTANT")
     assert set(common.__all__) <= set(dir(common))
 
 

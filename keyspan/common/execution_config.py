@@ -2,8 +2,8 @@
 
 Parallelism, max parallelism and the auto-generated-uid rule act as in Flink: the parallelism
 settings are the environment's own (``env.set_parallelism`` and ``env.get_config().set_parallelism``
-are one setting). The serializer, closure cleaner, object reuse, latency tracking and task
-cancellation settings steer Flink's JVM, which keyspan does not have: they are kept and read back so
+are one setting). The serializer, closure cleaner, object reuse, snapshot compression, latency
+tracking and task cancellation settings steer Flink's JVM, which keyspan does not have: they are kept and read back so
 a PyFlink job runs unchanged, and change nothing (Python records are pickled whole, and chained
 functions already share objects, as in PyFlink's Python operators)."""
 
@@ -16,7 +16,7 @@ class ExecutionConfig:
         self._auto_watermark_interval = 200
         self._global_job_parameters: dict[str, str] = {}
         self._flags = {"auto_generated_uids": True, "closure_cleaner": True, "force_kryo": False, "generic_types": True, "force_avro": False,
-                       "object_reuse": False}
+                       "object_reuse": False, "snapshot_compression": False}
         self._latency_tracking_interval = 0
         self._task_cancellation_interval = 30_000
         self._task_cancellation_timeout = 180_000
@@ -112,6 +112,14 @@ class ExecutionConfig:
 
     def is_object_reuse_enabled(self) -> bool:
         return self._flags["object_reuse"]
+
+    def set_use_snapshot_compression(self, use_snapshot_compression: bool) -> "ExecutionConfig":
+        """Kept; keyspan's state files stay uncompressed, in the one canonical format every savepoint
+        tool reads (docs/state-processor.md)."""
+        return self._set("snapshot_compression", bool(use_snapshot_compression))
+
+    def is_use_snapshot_compression(self) -> bool:
+        return self._flags["snapshot_compression"]
 
     def set_latency_tracking_interval(self, interval: int) -> "ExecutionConfig":
         """Kept; keyspan sends no latency markers (its per-epoch latency is in the REST API's

@@ -122,6 +122,15 @@ class Types:
         return TypeInformation("SQL_TIMESTAMP", pa.timestamp("us"))
 
     @staticmethod
+    def SQL_TIME():
+        return TypeInformation("SQL_TIME", pa.time64("us"))
+
+    @staticmethod
+    def INSTANT():
+        """Values are ``keyspan.common.Instant``s (pickled, as PyFlink's Python objects of this type)."""
+        return TypeInformation("INSTANT", None)
+
+    @staticmethod
     def PICKLED_BYTE_ARRAY():
         return TypeInformation("PICKLED_BYTE_ARRAY", None)
 

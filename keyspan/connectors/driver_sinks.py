@@ -67,6 +67,12 @@ def java_string(value, t) -> str:
     if name == "SQL_TIMESTAMP" and isinstance(value, datetime.datetime):
         fraction = f"{value.microsecond:06d}".rstrip("0") or "0"  # java.sql.Timestamp: at least one digit
         return value.strftime("%Y-%m-%d %H:%M:%S.") + fraction
+    if name == "SQL_TIME" and isinstance(value, datetime.time):
+        return value.strftime("%H:%M:%S")  # java.sql.Time: whole seconds
+    if name == "INSTANT" and hasattr(value, "nanos"):  # java.time.Instant: ISO-8601 in UTC, fraction in 3-digit groups
+        stamp = datetime.datetime.fromtimestamp(value.seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        digits = next(n for n in (3, 6, 9) if value.nanos % 10 ** (9 - n) == 0)
+        return stamp + (f".{value.nanos:09d}"[:digits + 1] if value.nanos else "") + "Z"
     return str(value)
 
 
