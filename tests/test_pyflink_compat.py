@@ -272,6 +272,26 @@ def test_execution_plan_is_flink_shaped_json():
     assert nodes["KeyedProcess"]["predecessors"][0]["ship_strategy"] == "HASH"
 
 
+def test_checkpoint_storage_and_slot_sharing_group_read_back_what_they_were_given():
+    from keyspan.datastream import (
+        CheckpointConfig, FileSystemCheckpointStorage, JobManagerCheckpointStorage, MemorySize, SlotSharingGroup,
+    )
+
+    memory = JobManagerCheckpointStorage()
+    assert memory.get_max_state_size() == 5 * 1024 * 1024 and memory.get_savepoint_path() is None
+    files = FileSystemCheckpointStorage("file:///tmp/ks-checkpoints", 1024)
+    assert (files.get_min_file_size_threshold(), files.get_write_buffer_size()) == (1024, 4096)
+    assert FileSystemCheckpointStorage("file:///tmp/x").get_min_file_size_threshold() == 20 * 1024
+    config = CheckpointConfig()
+    assert config.set_checkpoint_storage(files).get_checkpoint_storage() is files
+    assert config.get_checkpoint_storage_dir() == "file:///tmp/ks-checkpoints"
+    group = (SlotSharingGroup.builder("heavy").set_cpu_cores(1.5).set_task_heap_memory_mb(512)
+             .set_managed_memory(MemorySize(3 << 30)).set_external_resource("gpu", 1.0).build())
+    assert (group.get_name(), group.get_cpu_cores(), group.get_external_resources()) == ("heavy", 1.5, {"gpu": 1.0})
+    assert group.get_task_heap_memory().get_kibi_bytes() == 512 * 1024 and group.get_managed_memory().get_gibi_bytes() == 3
+    assert group.get_task_off_heap_memory() is None and MemorySize(5 << 40).get_tebi_bytes() == 5
+
+
 def test_pyflink_common_names_import_from_keyspan_common():
     """``pyflink.common``'s names that keyspan has are importable from ``keyspan.common`` too, not only
     from their own modules."""

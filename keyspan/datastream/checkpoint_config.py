@@ -18,6 +18,7 @@ class CheckpointConfig:
         self.enabled = False
         self.mode = CheckpointingMode.EXACTLY_ONCE
         self.storage_uri: str | None = None
+        self._storage = None  # the CheckpointStorage object set, returned as it was given
         self.storage_options: dict = {}
         self.num_retained = 3
         self.tolerable_failures = 0
@@ -58,11 +59,15 @@ class CheckpointConfig:
         path = storage if isinstance(storage, str) else getattr(storage, "checkpoint_path", None)
         if path is not None:
             self.storage_uri = path
+        self._storage = None if isinstance(storage, str) else storage
         return self
 
     def get_checkpoint_storage(self):
         from keyspan.datastream.checkpoint_storage import FileSystemCheckpointStorage
 
+        storage = self._storage
+        if storage is not None and storage.get_checkpoint_path() in (None, self.storage_uri):
+            return storage
         return FileSystemCheckpointStorage(self.storage_uri) if self.storage_uri else None
 
     def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> "CheckpointConfig":

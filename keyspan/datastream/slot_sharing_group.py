@@ -1,5 +1,5 @@
 """``SlotSharingGroup`` and ``MemorySize`` as in ``pyflink.datastream.slot_sharing_group``: accepted
-(Spark places tasks; keyspan has no slots), so jobs that declare resource groups still run."""
+and read back (Spark places tasks; keyspan has no slots), so jobs that declare resource groups still run."""
 
 from __future__ import annotations
 
@@ -15,17 +15,56 @@ class MemorySize:
     def get_bytes(self) -> int:
         return self._bytes
 
+    def get_kibi_bytes(self) -> int:
+        return self._bytes >> 10
+
     def get_mebi_bytes(self) -> int:
         return self._bytes >> 20
 
+    def get_gibi_bytes(self) -> int:
+        return self._bytes >> 30
+
+    def get_tebi_bytes(self) -> int:
+        return self._bytes >> 40
+
+    def __eq__(self, other):
+        return isinstance(other, MemorySize) and other._bytes == self._bytes
+
+    def __hash__(self):
+        return hash(self._bytes)
+
+    def __repr__(self):
+        return f"MemorySize({self._bytes} bytes)"
+
 
 class SlotSharingGroup:
-    def __init__(self, name: str, **resources):
+    def __init__(self, name: str, cpu_cores: float | None = None, task_heap_memory: MemorySize | None = None,
+                 task_off_heap_memory: MemorySize | None = None, managed_memory: MemorySize | None = None,
+                 external_resources: dict | None = None):
         self._name = name
-        self._resources = resources
+        self._cpu_cores = cpu_cores
+        self._task_heap_memory = task_heap_memory
+        self._task_off_heap_memory = task_off_heap_memory
+        self._managed_memory = managed_memory
+        self._external_resources = dict(external_resources or {})
 
     def get_name(self) -> str:
         return self._name
+
+    def get_cpu_cores(self) -> float | None:
+        return self._cpu_cores
+
+    def get_task_heap_memory(self) -> MemorySize | None:
+        return self._task_heap_memory
+
+    def get_task_off_heap_memory(self) -> MemorySize | None:
+        return self._task_off_heap_memory
+
+    def get_managed_memory(self) -> MemorySize | None:
+        return self._managed_memory
+
+    def get_external_resources(self) -> dict:
+        return dict(self._external_resources)
 
     @staticmethod
     def builder(name: str) -> "SlotSharingGroup.Builder":
@@ -35,6 +74,7 @@ class SlotSharingGroup:
         def __init__(self, name: str):
             self._name = name
             self._resources: dict = {}
+            self._external: dict = {}
 
         def _set(self, key, value) -> "SlotSharingGroup.Builder":
             self._resources[key] = value
@@ -62,7 +102,8 @@ class SlotSharingGroup:
             return self._set("managed_memory", MemorySize.of_mebi_bytes(managed_memory_mb))
 
         def set_external_resource(self, name: str, value: float):
-            return self._set(name, value)
+            self._external[name] = value
+            return self
 
         def build(self) -> "SlotSharingGroup":
-            return SlotSharingGroup(self._name, **self._resources)
+            return SlotSharingGroup(self._name, external_resources=self._external, **self._resources)
