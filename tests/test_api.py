@@ -378,14 +378,14 @@ def test_print_shows_a_declared_type_as_flink_s_java_sink_and_any_other_as_pytho
     env.from_collection([Row("ann", 3, True, 1.5, None)], type_info=row).print()
     env.from_collection([("ann", 3)], type_info=Types.TUPLE([Types.STRING(), Types.INT()])).print()
     env.from_collection([True, False], type_info=Types.BOOLEAN()).print()
-    env.from_collection([1e7, 0.0001, 2.5, -1.25e-5], type_info=Types.DOUBLE()).print()
+    env.from_collection([1e7, 0.0001, 2.5, -1.25e-5, 3], type_info=Types.DOUBLE()).print()
     env.from_collection([("bob", 4)]).map(_deleted, output_type=Types.ROW([Types.STRING(), Types.LONG()])).print()
     env.from_collection([Row(1, "a"), ("x", True)]).print()
     env.from_collection([Row(datetime.datetime(2024, 1, 2, 3, 4, 5), datetime.time(6, 7, 8), Instant(0, 120_000_000))],
                         type_info=Types.ROW([Types.SQL_TIMESTAMP(), Types.SQL_TIME(), Types.INSTANT()])).print()
     env.execute("print-types")
     assert sorted(capsys.readouterr().out.splitlines()) == sorted([
-        "+I[ann, 3, true, 1.5, null]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5",
+        "+I[ann, 3, true, 1.5, null]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5", "3.0",
         "-D[bob, 8]", "<Row(1, 'a')>", "('x', True)", "+I[2024-01-02 03:04:05.0, 06:07:08, 1970-01-01T00:00:00.120Z]"])
 
 class StoresAFunction(KeyedProcessFunction):

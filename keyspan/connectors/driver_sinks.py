@@ -33,7 +33,7 @@ class PrintSink(DriverSink):
     def deliver(self, records_by_subtask, parallelism):
         out = sys.stdout
         t = self.type_info
-        text = str if t is None or t.name == "PICKLED_BYTE_ARRAY" else (lambda record: java_string(record, t))
+        text = str if t is None or t.name == "PICKLED_BYTE_ARRAY" else (lambda record: _printed(record, t))
         for subtask in sorted(records_by_subtask):
             prefix = ""
             if self.sink_identifier:
@@ -43,6 +43,13 @@ class PrintSink(DriverSink):
             for record in records_by_subtask[subtask]:
                 out.write(f"{prefix}{text(record)}\n")
         out.flush()
+
+
+def _printed(record, t) -> str:
+    try:
+        return java_string(record, t)
+    except (TypeError, ValueError):  # a record that does not have its declared shape is printed as it is
+        return str(record)
 
 
 def java_string(value, t) -> str:
@@ -62,8 +69,8 @@ def java_string(value, t) -> str:
     name = getattr(t, "name", None)
     if name == "BOOLEAN":
         return "true" if value else "false"
-    if name in ("DOUBLE", "FLOAT") and isinstance(value, float):
-        return _java_float(value, single=name == "FLOAT")
+    if name in ("DOUBLE", "FLOAT") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _java_float(float(value), single=name == "FLOAT")
     if name == "SQL_TIMESTAMP" and isinstance(value, datetime.datetime):
         fraction = f"{value.microsecond:06d}".rstrip("0") or "0"  # java.sql.Timestamp: at least one digit
         return value.strftime("%Y-%m-%d %H:%M:%S.") + fraction
