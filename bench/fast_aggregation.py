@@ -210,15 +210,18 @@ def windows(spark, args, work: str) -> None:
         variants.append(("fast, any worker", True, False))
     rates = {**{name: [] for name, _, _ in variants}, "spark": []}
     cpu = {name: [] for name in rates}  # CPU seconds of each run, by process kind
+    def job_name(variant: str, run) -> str:
+        return f"windows-{variant.replace(', ', '-').replace(' ', '-')}-{run}"
+
     for name, vectorize, own in variants:  # untimed: the same job on the same data, its windows checked
-        job = f"windows-{name.replace(', ', '-').replace(' ', '-')}-checked"
+        job = job_name(name, "checked")
         r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own)
         assert r["windows"] == expected, \
             f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
     for i in range(args.repeats):
         for name, vectorize, own in variants:
             before = cpu_seconds()
-            job = f"windows-{name.replace(', ', '-').replace(' ', '-')}-{i}"
+            job = job_name(name, i)
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own,
                                     collect=False)
             cpu[name].append(cpu_spent(before, cpu_seconds()))
