@@ -116,6 +116,31 @@ def test_job_with_rolling_and_bucketing_sink_gives_exact_layout_and_contents(env
     assert lines == sorted(data)
 
 
+def test_simple_string_encoder_writes_a_declared_type_as_flink_s_java_object(env, tmp_path):
+    """PyFlink hands a typed stream to Flink's SimpleStringEncoder as Java objects, which it writes
+    with ``toString``; a stream without a declared type is written as Python's ``str``."""
+    env.set_parallelism(1)
+    row = Types.ROW_NAMED(["name", "n", "ok", "x"], [Types.STRING(), Types.INT(), Types.BOOLEAN(), Types.DOUBLE()])
+    streams = {
+        "row": env.from_collection([Row(name="ann", n=3, ok=True, x=1e7), Row(name="bob", n=None, ok=False, x=2.0)],
+                                   type_info=row),
+        "tuple": env.from_collection([("ann", 3)], type_info=Types.TUPLE([Types.STRING(), Types.LONG()])),
+        "keyed": env.from_collection([("ann", 1.0), ("ann", 2.5)], type_info=Types.TUPLE([Types.STRING(), Types.DOUBLE()]))
+                    .key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + b[1])),
+        "untyped": env.from_collection([("ann", True)]),
+    }
+    for name, stream in streams.items():
+        stream.sink_to(FileSink.for_row_format(str(tmp_path / name), Encoder.simple_string_encoder()).build())
+    env.execute("simple-string")
+    written = {name: sorted(b"".join(_published(tmp_path / name).values()).decode().splitlines()) for name in streams}
+    assert written == {
+        "row": ["+I[ann, 3, true, 1.0E7]", "+I[bob, null, false, 2.0]"],
+        "tuple": ["(ann,3)"],
+        "keyed": ["(ann,1.0)", "(ann,3.5)"],
+        "untyped": ["('ann', True)"],
+    }
+
+
 def test_parquet_bulk_sink_is_readable_by_pyarrow(env, tmp_path):
     row = Types.ROW_NAMED(["user", "amount", "tags"], [Types.STRING(), Types.LONG(), Types.LIST(Types.STRING())])
     data = [Row(user=f"u{i % 4}", amount=i, tags=[str(i)] * (i % 3)) for i in range(100)]

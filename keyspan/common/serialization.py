@@ -17,6 +17,7 @@ import decimal
 import io
 import json
 
+from keyspan.common.java_text import text_of
 from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo, TypeInformation
 from keyspan.common.types import Row
 
@@ -62,9 +63,29 @@ class Encoder:
     def encode(self, value) -> bytes:
         return self._encode(value)
 
+    def for_type(self, type_info) -> "Encoder":
+        """This encoder for a stream of ``type_info``: the same one, unless its bytes depend on the type."""
+        return self
+
     @staticmethod
     def simple_string_encoder(charset_name: str = "UTF-8") -> "Encoder":
-        return Encoder(lambda value: (str(value) + "\n").encode(charset_name))
+        return SimpleStringEncoder(charset_name)
+
+
+class SimpleStringEncoder(Encoder):
+    """Each record as a line of text, as Flink's ``SimpleStringEncoder`` writes the Java object of a
+    stream of a declared type (``+I[ann, 3]`` for a row); Python's ``str`` of any other record."""
+
+    def __init__(self, charset_name: str = "UTF-8", type_info=None):
+        super().__init__(None)
+        self.charset_name = charset_name
+        self._text = text_of(type_info)
+
+    def encode(self, value) -> bytes:
+        return (self._text(value) + "\n").encode(self.charset_name)
+
+    def for_type(self, type_info) -> "Encoder":
+        return SimpleStringEncoder(self.charset_name, type_info)
 
 
 class SimpleStringSchema(SerializationSchema, DeserializationSchema):

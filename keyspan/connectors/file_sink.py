@@ -15,6 +15,7 @@ extension) configure its fsspec file system, e.g. s3fs's ``endpoint_url``/``key`
 
 from __future__ import annotations
 
+import copy
 import posixpath
 import re
 import time
@@ -329,6 +330,14 @@ class FileSink:
         def build(self) -> "FileSink":
             return FileSink(self._base_path, None, self._config, self._storage_options, self._assigner,
                             self._policy, bulk_writer=self._factory)
+
+    def for_input_type(self, type_info) -> "FileSink":
+        """This sink for a stream of ``type_info`` (``sink_to``): a row format may write by the type."""
+        if self.encoder is None:
+            return self
+        typed = copy.copy(self)
+        typed.encoder = self.encoder.for_type(type_info)
+        return typed
 
     def storage(self) -> Storage:
         return Storage(self.base_path, self.storage_options)

@@ -300,7 +300,10 @@ class DataStream:
         raise TypeError(f"connect() needs a DataStream or a BroadcastStream, got {type(ds).__name__}")
 
     def sink_to(self, sink) -> "DataStreamSink":
-        return DataStreamSink(self._add(OperatorKind.SINK, sink.name, spec=sink))
+        # a sink that writes by the stream's declared type (print(), a row-format FileSink) is told it
+        for_input_type = getattr(sink, "for_input_type", None)
+        spec = sink if for_input_type is None else for_input_type(self.get_type())
+        return DataStreamSink(self._add(OperatorKind.SINK, spec.name, spec=spec))
 
     def add_sink(self, sink_func: SinkFunction) -> "DataStreamSink":
         from keyspan.connectors.driver_sinks import FunctionSink
@@ -312,7 +315,7 @@ class DataStream:
     def print(self, sink_identifier: str | None = None) -> "DataStreamSink":
         from keyspan.connectors.driver_sinks import PrintSink
 
-        return self.sink_to(PrintSink(sink_identifier, self.get_type()))
+        return self.sink_to(PrintSink(sink_identifier))
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
         """Run the job and return its results: with ``limit`` a list of the first ``limit`` records,
