@@ -314,8 +314,8 @@ def test_pyflink_common_names_import_from_keyspan_common():
 def test_unsupported_pyflink_names_say_what_to_use_instead():
     with pytest.raises(ImportError, match="not supported by keyspan: the Table API.*env.from_spark"):
         from keyspan.table import StreamTableEnvironment  # noqa: F401
-    with pytest.raises(ImportError, match="not supported by keyspan: keyspan.datastream.AsyncFunction"):
-        from keyspan.datastream import AsyncFunction  # noqa: F401
+    with pytest.raises(ImportError, match="not supported by keyspan: keyspan.datastream.CachedDataStream"):
+        from keyspan.datastream import CachedDataStream  # noqa: F401
     with pytest.raises(ImportError, match="SourceFunction.*from_source"):
         from keyspan.datastream import SourceFunction  # noqa: F401
     with pytest.raises(ImportError, match="keyspan.common.ExecutionMode.*set_runtime_mode"):

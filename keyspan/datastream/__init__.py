@@ -95,10 +95,13 @@ from keyspan.datastream.state_backend import (
     StateBackend,
 )
 from keyspan.datastream.stream_execution_environment import JobExecutionResult, StreamExecutionEnvironment
+from keyspan.datastream.functions import AsyncFunction, AsyncRetryPredicate, AsyncRetryStrategy
+from keyspan.datastream.async_data_stream import AsyncDataStream
 from keyspan.state.api import OperatorStateStore
 
 __all__ = [
-    "AggregateFunction", "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastStream",
+    "AggregateFunction", "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy",
+    "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastStream",
     "CheckpointConfig", "CheckpointedFunction", "CheckpointingMode", "CoFlatMapFunction", "CoMapFunction",
     "CoProcessFunction", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedCoProcessFunction", "Partitioner",
     "EmbeddedRocksDBStateBackend", "FilterFunction", "FlatMapFunction", "FunctionInitializationContext",
@@ -125,10 +128,7 @@ __all__ = [
 
 from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
 
-_ASYNC = ("use a map or process function that calls the service synchronously (or batches calls in "
-          "a CheckpointedFunction) instead")
 __getattr__ = _module_getattr("keyspan.datastream", {
-    "AsyncDataStream": _ASYNC, "AsyncFunction": _ASYNC, "AsyncRetryPredicate": _ASYNC, "AsyncRetryStrategy": _ASYNC,
     "SourceFunction": "a SourceFunction runs in the JVM; use env.from_source(...) with a keyspan source, "
                       "env.from_collection(...) or env.from_spark(spark.readStream...) instead",
     "CachedDataStream": "cache() is a batch-mode Java feature; write the stream with FileSink and read it back instead",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import Callable, Generic, Optional, TypeVar
 
 from keyspan.datastream.timerservice import TimerService  # noqa: F401 — PyFlink's functions module has it too
 
@@ -438,10 +438,76 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
         """Called when the window is cleaned up."""
 
 
+# --- async I/O (``AsyncDataStream``) ---------------------------------------------------------------
+
+class AsyncRetryPredicate(ABC):
+    """When a result or an error of ``async_invoke`` calls for another attempt."""
+
+    @abstractmethod
+    def result_predicate(self) -> Optional[Callable[[list], bool]]:
+        """Called with a result; true: try again."""
+
+    @abstractmethod
+    def exception_predicate(self) -> Optional[Callable[[Exception], bool]]:
+        """Called with an error; true: try again."""
+
+
+class AsyncRetryStrategy(ABC):
+    """How often, and after how long, ``async_invoke`` is tried again."""
+
+    @abstractmethod
+    def can_retry(self, current_attempts: int) -> bool: ...
+
+    @abstractmethod
+    def get_backoff_time_millis(self, current_attempts: int) -> int: ...
+
+    @abstractmethod
+    def get_retry_predicate(self) -> AsyncRetryPredicate: ...
+
+    @staticmethod
+    def no_restart():
+        from keyspan.datastream import async_retry_strategies
+
+        return async_retry_strategies.NO_RETRY_STRATEGY
+
+
+class AsyncFunction(Function):
+    """Calls an outside service for each record without waiting for one call before the next:
+    ``async_invoke`` is a coroutine (``async def``) returning the record's results as a list; up to
+    ``capacity`` calls of a task are in flight at once. ``timeout(value)`` gives the results of a call
+    that did not finish in time; by default it fails the job."""
+
+    @abstractmethod
+    async def async_invoke(self, value) -> list: ...
+
+    def timeout(self, value) -> list:
+        raise TimeoutError("Async function call has timed out for input: " + str(value))
+
+
+class AsyncFunctionDescriptor:
+    """An async operator's settings, as ``AsyncDataStream`` hands them to the runtime."""
+
+    class OutputMode(Enum):
+        ORDERED = 0
+        UNORDERED = 1
+
+    def __init__(self, async_function, timeout, capacity, async_retry_strategy, output_mode):
+        self.async_function = async_function
+        self.timeout = timeout
+        self.capacity = capacity
+        self.async_retry_strategy = async_retry_strategy
+        self.output_mode = output_mode
+
+    def shipped_objects(self) -> list:
+        """The user's objects the operator runs (their modules ship by value)."""
+        predicate = self.async_retry_strategy.get_retry_predicate()
+        return [self.async_function, self.async_retry_strategy, predicate.result_predicate(),
+                predicate.exception_predicate()]
+
+
 from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa: E402
 
 __getattr__ = _module_getattr("keyspan.datastream.functions", {
-    "AsyncFunction": "use a map or process function that calls the service synchronously instead",
     "SourceFunction": "use env.from_source(...) with a keyspan source, env.from_collection(...) or "
                       "env.from_spark(spark.readStream...) instead",
     "JavaFunctionWrapper": "Java functions cannot run in keyspan; write the function in Python instead",

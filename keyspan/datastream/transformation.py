@@ -17,6 +17,7 @@ class OperatorKind(StrEnum):
     FLAT_MAP = "flat_map"
     FILTER = "filter"
     PROCESS = "process"
+    ASYNC_WAIT = "async_wait"  # AsyncDataStream: an AsyncFunction's calls, awaited before the epoch ends
     KEYED_PROCESS = "keyed_process"  # every keyed operator (reduce, windows, … are keyed process functions)
     BROADCAST_PROCESS = "broadcast_process"
     KEYED_BROADCAST_PROCESS = "keyed_broadcast_process"

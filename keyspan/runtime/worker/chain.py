@@ -19,6 +19,7 @@ from keyspan.runtime import event_time
 from keyspan.runtime.planner import ExitKind
 from keyspan.runtime.protocol import UserFunctionError, user_error
 from keyspan.runtime.worker import instances
+from keyspan.runtime.worker.async_wait import AsyncWait
 from keyspan.runtime.worker.contexts import (
     BroadcastContext,
     BroadcastReadOnlyContext,
@@ -182,6 +183,10 @@ class OperatorChain:
             ctx = Context(self.ts_cell, Clock(self._watermark(op)))
             pe = emitting(op, subtask, self._plain_function(op).process_element, emit)
             return lambda value: pe(value, ctx)
+        if kind == OperatorKind.ASYNC_WAIT:
+            wait = AsyncWait(op, subtask, self._plain_function(op, op.function.async_function), emit, self.ts_cell)
+            self.async_waits.append((op.index, wait))
+            return wait
         if kind in BROADCAST_KINDS:
             return self._broadcast_processor(op, emit)
         if kind in TWO_INPUT_KINDS:
@@ -414,12 +419,12 @@ class OperatorChain:
         self.second_entry = lambda value: pe2(value, ctx)
         return lambda value: pe1(value, ctx)
 
-    def _plain_function(self, op):
-        """A non-keyed operator's function, opened: the plan's own object, or — for a
-        CheckpointedFunction — the function of an instance that keeps operator state across epochs."""
-        if instances.checkpointed(op.function) is not None:
+    def _plain_function(self, op, fn=None):
+        """A non-keyed operator's function (``fn``, by default the plan's), opened: the plan's own object,
+        or — for a CheckpointedFunction — the function of an instance that keeps operator state across epochs."""
+        if fn is None and instances.checkpointed(op.function) is not None:
             return self._instance(op, keyed=False).function
-        fn = op.function
+        fn = op.function if fn is None else fn
         if hasattr(fn, "open"):
             fn.open(TaskRuntimeContext(op, self.subtask, self.plan.parallelism, self.plan.max_parallelism,
                                        self.attempt, job_parameters=self.ctx.job_parameters))

@@ -150,6 +150,7 @@ class StageTask(OperatorChain):
         self.upstream: list = []
         self.instances: list[instances.OperatorInstance] = []
         self.sink_writers: dict[int, object] = {}
+        self.async_waits: list = []  # (op index, AsyncWait): async operators, whose calls finish before the snapshot
         self.exits = {}
         self.driver_buffers: dict[int, list] = {}
         self.broadcast_entry = None  # the broadcast-side input of a broadcast-process stage
@@ -208,6 +209,8 @@ class StageTask(OperatorChain):
                 yield from self._consume(batches)
                 yield from self._finish()
         except BaseException:
+            for _, wait in self.async_waits:
+                wait.cancel()
             for inst in self.instances:
                 inst.rollback()
             raise
@@ -447,6 +450,8 @@ class StageTask(OperatorChain):
             began = time.perf_counter()
             self._fire_timers()
             self.busy_s += time.perf_counter() - began
+        for _, wait in sorted(self.async_waits, key=lambda w: w[0]):  # upstream first: it feeds those after it
+            wait.drain()
         began = time.perf_counter()
         handles, tokens = self._snapshot_state()
         snapshot_s = time.perf_counter() - began
