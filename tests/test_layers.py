@@ -1,6 +1,6 @@
 """keyspan's packages import downwards only (docs/architecture.md):
 
-    cli → {runtime, state_processor} → {datastream, connectors, rest} → {state, checkpoint} → {io, common, metrics}
+    cli → {runtime, state_processor} → {datastream, connectors, rest, table} → {state, checkpoint} → {io, common, metrics}
 
 ``state`` and ``checkpoint`` never import each other (the runtime's worker glues them); ``datastream``
 may use ``connectors`` (PyFlink's ``pyflink.datastream.connectors`` re-exports them), never the
@@ -17,7 +17,7 @@ import keyspan
 ROOT = Path(keyspan.__file__).parent
 
 LEVEL = {"io": 0, "common": 0, "metrics": 0, "state": 1, "checkpoint": 1, "datastream": 2, "connectors": 2,
-         "rest": 2, "runtime": 3, "state_processor": 3, "cli": 4, "(top)": 5}
+         "rest": 2, "table": 2, "runtime": 3, "state_processor": 3, "cli": 4, "(top)": 5}
 SIDEWAYS = {("datastream", "connectors")}  # same level, one direction only
 HAND_OFF = {("datastream/stream_execution_environment.py", "runtime")}  # execute() runs the job
 

@@ -65,6 +65,10 @@ class StreamFormat:
         schema = self.options.get("schema")
         return bool(schema is not None and schema.ignore_parse_errors)
 
+    def produced_type(self):
+        """The records' declared type, when the format declares one (None: Python objects)."""
+        return None
+
     def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
         """The records of one file named ``name``; ``poison(raw, origin, reason)`` (a source's
         ``PoisonHandler``) gets every record that cannot be read and returns what to emit instead."""
@@ -256,6 +260,10 @@ class FileSource(KeyspanSource):
         self.max_per_epoch = max_files
         # a schema's ignore_parse_errors() drops bad records, as in PyFlink, unless the source says more
         self.error_policy = error_policy or (ErrorPolicy.skip() if fmt.ignores_parse_errors else ErrorPolicy.fail())
+
+    def get_produced_type(self):
+        """The type of the records the format reads (``from_source`` gives it to the stream)."""
+        return self.fmt.produced_type()
 
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> "FileSource.FileSourceBuilder":

@@ -337,6 +337,8 @@ class StreamExecutionEnvironment:
                                                          spec=spec))
 
     def from_source(self, source, watermark_strategy=None, source_name: str = "Source", type_info=None) -> DataStream:
+        if type_info is None and hasattr(source, "get_produced_type"):  # as Flink asks a source for its type
+            type_info = source.get_produced_type()
         t = self._add_transformation(OperatorKind.SOURCE, source_name, [], output_type=type_info, spec=source)
         t.spec.watermark_strategy = watermark_strategy
         return DataStream(self, t)
