@@ -23,7 +23,9 @@ def test_pyflink_import_paths_resolve():
         "keyspan.common.serialization": ["SimpleStringSchema", "JsonRowSerializationSchema", "Encoder",
                                          "JsonRowDeserializationSchema", "CsvRowSerializationSchema",
                                          "CsvRowDeserializationSchema", "SerializationSchema", "DeserializationSchema",
-                                         "AvroRowSerializationSchema", "AvroRowDeserializationSchema"],
+                                         "AvroRowSerializationSchema", "AvroRowDeserializationSchema",
+                                         "ByteArraySchema", "RowFieldExtractorSchema"],
+        "keyspan.common": ["ByteArraySchema", "SimpleStringSchema", "Encoder"],
         "keyspan.datastream.formats.json": ["JsonRowSerializationSchema", "JsonRowDeserializationSchema"],
         "keyspan.datastream.formats.csv": ["CsvRowSerializationSchema", "CsvRowDeserializationSchema", "CsvSchema",
                                            "CsvSchemaBuilder", "CsvReaderFormat", "CsvBulkWriters"],
@@ -125,6 +127,26 @@ def test_simple_string_schema_round_trip():
     assert SimpleStringSchema("latin-1").serialize("é") == b"\xe9"
     with pytest.raises(ParseError, match="not UTF-8"):
         schema.deserialize(b"\xff")
+
+
+def test_byte_array_and_row_field_extractor_schemas_pass_bytes_as_they_are():
+    from keyspan.common import ByteArraySchema
+    from keyspan.common.serialization import RowFieldExtractorSchema
+
+    raw = ByteArraySchema()
+    assert raw.serialize(b"\x00\xff") == b"\x00\xff" and raw.deserialize(b"\x01") == b"\x01"
+    assert raw.get_produced_type() == Types.PRIMITIVE_ARRAY(Types.BYTE())
+    with pytest.raises(TypeError, match="ByteArraySchema serializes bytes, got str"):
+        raw.serialize("text")
+    key, value = RowFieldExtractorSchema(0), RowFieldExtractorSchema(1)
+    assert (key.serialize(Row(b"k", b"v")), value.serialize(Row(b"k", b"v"))) == (b"k", b"v")
+    assert key.serialize(Row(None, b"v")) is None  # no key
+    with pytest.raises(TypeError, match="field 1 must be bytes.*str"):
+        value.serialize(Row(b"k", "v"))
+    with pytest.raises(ValueError, match="no field 2"):
+        RowFieldExtractorSchema(2).serialize(Row(b"k", b"v"))
+    with pytest.raises(ValueError, match="non-negative"):
+        RowFieldExtractorSchema(-1)
 
 
 def test_row_schema_needs_a_row_type():

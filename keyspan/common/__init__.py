@@ -3,7 +3,9 @@
 from keyspan.common.time import Duration, Instant, Time
 from keyspan.common.typeinfo import TypeInformation, Types
 from keyspan.common.types import Row, RowKind
-from keyspan.common.serialization import DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema
+from keyspan.common.serialization import (
+    ByteArraySchema, DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema,
+)
 from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.job_execution_result import JobExecutionResult
@@ -15,7 +17,7 @@ from keyspan.common.restart_strategy import RestartStrategies, RestartStrategyCo
 from keyspan.common.watermark_strategy import TimestampAssigner, WatermarkStrategy
 
 __all__ = ["Row", "RowKind", "Types", "TypeInformation", "Duration", "Instant", "Time", "Encoder", "SerializationSchema",
-           "DeserializationSchema", "SimpleStringSchema", "Configuration", "ExecutionConfig", "JobExecutionResult",
+           "DeserializationSchema", "SimpleStringSchema", "ByteArraySchema", "Configuration", "ExecutionConfig", "JobExecutionResult",
            "RestartStrategies", "RestartStrategyConfiguration",
            "TimestampAssigner", "WatermarkStrategy", "CompletableFuture", "JobClient", "JobID", "JobStatus"]
 

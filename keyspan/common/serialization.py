@@ -18,7 +18,7 @@ import io
 import json
 
 from keyspan.common.java_text import text_of
-from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo, TypeInformation
+from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo, TypeInformation, Types
 from keyspan.common.types import Row
 
 
@@ -102,6 +102,42 @@ class SimpleStringSchema(SerializationSchema, DeserializationSchema):
             return message.decode(self.charset)
         except UnicodeDecodeError as exc:
             raise ParseError(f"not {self.charset} text: {exc}") from None
+
+
+class ByteArraySchema(SerializationSchema, DeserializationSchema):
+    """Messages as they are: ``bytes`` in, ``bytes`` out."""
+
+    def serialize(self, value) -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"ByteArraySchema serializes bytes, got {type(value).__name__}: {value!r}")
+        return bytes(value)
+
+    def parse(self, message: bytes) -> bytes:
+        return bytes(message)
+
+    def get_produced_type(self):
+        return Types.PRIMITIVE_ARRAY(Types.BYTE())
+
+
+class RowFieldExtractorSchema(SerializationSchema):
+    """The field at ``field_index`` of a row, which must already be bytes, as the message: e.g. a Kafka
+    record's key (``set_key_serialization_schema(RowFieldExtractorSchema(0))``). A None field gives
+    no bytes (a Kafka record without a key)."""
+
+    def __init__(self, field_index: int):
+        if field_index < 0:
+            raise ValueError(f"Field index must be non-negative, got: {field_index}")
+        self.field_index = field_index
+
+    def serialize(self, value) -> bytes | None:
+        try:
+            field = value[self.field_index]
+        except (IndexError, TypeError):
+            raise ValueError(f"RowFieldExtractorSchema: the record has no field {self.field_index}: {value!r}") from None
+        if field is None or isinstance(field, bytes):
+            return field
+        raise TypeError(f"RowFieldExtractorSchema: field {self.field_index} must be bytes (convert it before the "
+                        f"sink), got {type(field).__name__}: {field!r}")
 
 
 # --- values by type ------------------------------------------------------------------------------
