@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from job_processes import committed_epoch, crash_seed, run_with_kills, start_job
-from keyspan.common import Row, Types
+from keyspan.common import Row, Types, WatermarkStrategy
 from keyspan.common.serialization import Encoder
 from keyspan.datastream.connectors import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
 from keyspan.datastream.formats.parquet import ParquetBulkWriters
@@ -153,6 +153,30 @@ def test_parquet_bulk_sink_is_readable_by_pyarrow(env, tmp_path):
     rows = [r for f in files for r in pq.read_table(tmp_path / "pq" / f).to_pylist()]
     assert pq.read_table(tmp_path / "pq" / files[0]).schema.field("amount").type == "int64"
     assert sorted(rows, key=lambda r: r["amount"]) == [r.as_dict() for r in data]
+
+
+def test_parquet_columnar_row_input_format_reads_the_sink_s_files_back(env, tmp_path):
+    """PyFlink's way to read Parquet: FileSource.for_bulk_file_format(ParquetColumnarRowInputFormat(
+    DataTypes.ROW([...]))), fields by column name (case-insensitive if asked), a missing one None."""
+    from keyspan.datastream.connectors import FileSource
+    from keyspan.datastream.formats.parquet import ParquetColumnarRowInputFormat
+    from keyspan.table import DataTypes
+
+    written = Types.ROW_NAMED(["User", "amount"], [Types.STRING(), Types.LONG()])
+    data = [Row(User=f"u{i % 4}", amount=i) for i in range(30)]
+    env.from_collection(data, type_info=written).sink_to(
+        FileSink.for_bulk_format(str(tmp_path / "pq"), ParquetBulkWriters.for_row_type(written)).build())
+    env.execute("parquet-out")
+    wanted = DataTypes.ROW([DataTypes.FIELD("amount", DataTypes.BIGINT()), DataTypes.FIELD("user", DataTypes.STRING()),
+                            DataTypes.FIELD("note", DataTypes.STRING())])
+    source = FileSource.for_bulk_file_format(
+        ParquetColumnarRowInputFormat(wanted, batch_size=512, is_case_sensitive=False), str(tmp_path / "pq")).build()
+    stream = env.from_source(source, WatermarkStrategy.no_watermarks(), "parquet-in")
+    assert stream.get_type() == wanted
+    back = stream.execute_and_collect(limit=100)
+    assert sorted(back, key=lambda r: r.amount) == [Row(amount=r.amount, user=r.User, note=None) for r in data]
+    with pytest.raises(TypeError, match="needs a BulkFormat"):
+        FileSource.for_bulk_file_format(object(), str(tmp_path / "pq"))
 
 
 # --- exactly-once after SIGKILL ---------------------------------------------------------------------

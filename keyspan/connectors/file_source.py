@@ -146,6 +146,11 @@ class StreamFormat:
         return rows_of_arrow(table) + bad
 
 
+class BulkFormat(StreamFormat):
+    """A format that reads a whole file at once (``FileSource.for_bulk_file_format``), e.g. PyFlink's
+    ``ParquetColumnarRowInputFormat``."""
+
+
 def _what(kind: str) -> str:
     return {"jsonl": "malformed JSON", "text": "undecodable text"}.get(kind, "unreadable record")
 
@@ -268,6 +273,13 @@ class FileSource(KeyspanSource):
     @staticmethod
     def for_record_stream_format(stream_format: StreamFormat, *paths: str) -> "FileSource.FileSourceBuilder":
         return FileSource.FileSourceBuilder(stream_format, paths)
+
+    @staticmethod
+    def for_bulk_file_format(bulk_format: BulkFormat, *paths: str) -> "FileSource.FileSourceBuilder":
+        if not isinstance(bulk_format, BulkFormat):
+            raise TypeError(f"for_bulk_file_format needs a BulkFormat (ParquetColumnarRowInputFormat), "
+                            f"got {type(bulk_format).__name__}")
+        return FileSource.FileSourceBuilder(bulk_format, paths)
 
     class FileSourceBuilder:
         def __init__(self, fmt, paths):

@@ -10,9 +10,9 @@ from keyspan.connectors.file_sink import (
     OutputFileConfig,
     RollingPolicy,
 )
-from keyspan.connectors.file_source import FileSource, StreamFormat
+from keyspan.connectors.file_source import BulkFormat, FileSource, StreamFormat
 
 FileSourceBuilder = FileSource.FileSourceBuilder
 
-__all__ = ["BucketAssigner", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileSink", "FileSource",
+__all__ = ["BucketAssigner", "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileSink", "FileSource",
            "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat"]

@@ -1,5 +1,6 @@
 """PyFlink's ``pyflink.datastream.formats.parquet``: ``ParquetBulkWriters.for_row_type`` for
-``FileSink.for_bulk_format``, written with pyarrow (one Parquet file per part file)."""
+``FileSink.for_bulk_format``, written with pyarrow (one Parquet file per part file), and
+``ParquetColumnarRowInputFormat`` for ``FileSource.for_bulk_file_format``, read with pyarrow."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo
-from keyspan.common.types import Row
+from keyspan.common.types import Row, named_row_class
+from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.file_sink import BulkWriterFactory
+from keyspan.connectors.file_source import BulkFormat
 
-__all__ = ["ParquetBulkWriters"]
+__all__ = ["ParquetBulkWriters", "ParquetColumnarRowInputFormat"]
 
 
 def arrow_type(t, where: str = "row type"):
@@ -91,3 +94,38 @@ class ParquetBulkWriters:
         """Rows of ``row_type`` (``Types.ROW_NAMED``) as Parquet files; ``hadoop_config`` is accepted
         and ignored (pyarrow writes the files)."""
         return _ParquetRowWriterFactory(row_type, utc_timestamp)
+
+
+class ParquetColumnarRowInputFormat(BulkFormat):
+    """Reads Parquet files as ``Row``s of ``row_type``'s fields (``DataTypes.ROW([...])`` or
+    ``Types.ROW_NAMED``), taken from the file's columns by name; a field the file lacks is None. The
+    stream's type is ``row_type``. ``hadoop_config``, ``batch_size`` and ``is_utc_timestamp`` are
+    accepted: pyarrow reads the file whole, and timestamps as the file stores them."""
+
+    def __init__(self, row_type, hadoop_config=None, batch_size: int = 2048, is_utc_timestamp: bool = False,
+                 is_case_sensitive: bool = True):
+        if not isinstance(row_type, RowTypeInfo) or not row_type.field_names:
+            raise TypeError(f"ParquetColumnarRowInputFormat needs a row type of named fields (DataTypes.ROW([...]) or "
+                            f"Types.ROW_NAMED([...], [...])), got {row_type!r}")
+        super().__init__("parquet_columns")
+        self.row_type = row_type
+        self.is_case_sensitive = is_case_sensitive
+
+    def produced_type(self):
+        return self.row_type
+
+    def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
+        if poison is None:
+            poison = ErrorPolicy.fail().handler("format parquet")
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except (pa.ArrowException, OSError) as exc:
+            return [poison(data, name, f"not a readable Parquet file: {exc}")]
+        columns = {c if self.is_case_sensitive else c.lower(): c for c in table.column_names}
+        names = tuple(self.row_type.field_names)
+        values = []
+        for field in names:
+            column = columns.get(field if self.is_case_sensitive else field.lower())
+            values.append(table.column(column).to_pylist() if column is not None else [None] * table.num_rows)
+        cls, new = named_row_class(names), tuple.__new__
+        return [new(cls, row) for row in zip(*values)]
