@@ -173,8 +173,30 @@ def test_file_source_reads_lines_with_a_row_schema(env, tmp_path):
     (folder / "part-1.jsonl").write_bytes(b"\n".join(ser.serialize(r) for r in records[10:]) + b"\n")
     de = JsonRowDeserializationSchema.builder().type_info(ORDER).build()
     source = FileSource.for_record_stream_format(StreamFormat.line_format(de), str(folder)).build()
-    got = env.from_source(source, WatermarkStrategy.no_watermarks(), "orders").execute_and_collect(limit=100)
+    orders = env.from_source(source, WatermarkStrategy.no_watermarks(), "orders")
+    assert orders.get_type() == ORDER  # the schema's type, as a Flink source declares its produced type
+    got = orders.execute_and_collect(limit=100)
     assert sorted(got, key=lambda r: r.id) == records
+
+
+def test_a_source_gives_its_stream_the_type_its_format_or_deserializer_produces(env, tmp_path):
+    from keyspan.datastream.connectors import FileSource, StreamFormat
+    from keyspan.datastream.connectors.kafka import KafkaSource
+    from keyspan.datastream.formats.json import JsonRowDeserializationSchema
+
+    def kafka(deserializer):
+        source = KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t") \
+            .set_value_only_deserializer(deserializer).build()
+        return env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka").get_type()
+
+    assert kafka(JsonRowDeserializationSchema.builder().type_info(ORDER).build()) == ORDER
+    assert kafka(SimpleStringSchema()) == Types.STRING()
+    text = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).build()
+    assert env.from_source(text, WatermarkStrategy.no_watermarks(), "text").get_type() == Types.STRING()
+    jsonl = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(tmp_path)).build()
+    assert env.from_source(jsonl, WatermarkStrategy.no_watermarks(), "jsonl").get_type() is None
+    declared = Types.ROW_NAMED(["id"], [Types.LONG()])
+    assert env.from_source(jsonl, WatermarkStrategy.no_watermarks(), "jsonl", type_info=declared).get_type() == declared
 
 
 def _csv_schema():

@@ -97,6 +97,9 @@ class SimpleStringSchema(SerializationSchema, DeserializationSchema):
     def serialize(self, value) -> bytes:
         return str(value).encode(self.charset)
 
+    def get_produced_type(self):
+        return Types.STRING()
+
     def parse(self, message: bytes) -> str:
         try:
             return message.decode(self.charset)

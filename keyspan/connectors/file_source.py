@@ -18,6 +18,7 @@ import posixpath
 import pyarrow as pa
 
 from keyspan.io.storage import Storage
+from keyspan.common.typeinfo import Types
 from keyspan.common.types import Row, rows_of_arrow
 from keyspan.common.serialization import ParseError
 from keyspan.connectors.dead_letter import ErrorPolicy
@@ -67,7 +68,10 @@ class StreamFormat:
 
     def produced_type(self):
         """The records' declared type, when the format declares one (None: Python objects)."""
-        return None
+        if self.kind == "text":
+            return Types.STRING()
+        schema = self.options.get("schema")
+        return schema.get_produced_type() if schema is not None and hasattr(schema, "get_produced_type") else None
 
     def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
         """The records of one file named ``name``; ``poison(raw, origin, reason)`` (a source's

@@ -108,6 +108,10 @@ class _ValueOnly(KafkaRecordDeserializationSchema):
     def deserialize(self, record: KafkaRecord):
         return self.read(record.value)
 
+    def get_produced_type(self):
+        produced = getattr(self.schema, "get_produced_type", None)
+        return produced() if produced is not None else None
+
 
 def _key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
@@ -433,6 +437,11 @@ class KafkaSource(KeyspanSource):
     @staticmethod
     def builder() -> "KafkaSourceBuilder":
         return KafkaSourceBuilder()
+
+    def get_produced_type(self):
+        """The records' type, as the deserializer declares it (``from_source`` gives it to the stream)."""
+        produced = getattr(self.deserializer, "get_produced_type", None)
+        return produced() if produced is not None else None
 
     def fingerprint(self) -> str:
         what = self.topics or self.pattern or [f"{tp.topic}:{tp.partition}" for tp in self.partitions]
