@@ -141,6 +141,18 @@ def test_simple_string_encoder_writes_a_declared_type_as_flink_s_java_object(env
     }
 
 
+def test_legacy_streaming_file_sink_through_add_sink_writes_as_file_sink_does(env, tmp_path):
+    from keyspan.datastream.connectors import StreamingFileSink
+
+    sink = StreamingFileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()) \
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("legacy").build()).build()
+    env.from_collection([f"line {i}" for i in range(20)]).add_sink(sink)
+    env.execute("legacy-sink")
+    files = _published(tmp_path / "out")
+    assert files and all(name.startswith("legacy-") for name in files)
+    assert sorted(b"".join(files.values()).decode().splitlines()) == sorted(f"line {i}" for i in range(20))
+
+
 def test_parquet_bulk_sink_is_readable_by_pyarrow(env, tmp_path):
     row = Types.ROW_NAMED(["user", "amount", "tags"], [Types.STRING(), Types.LONG(), Types.LIST(Types.STRING())])
     data = [Row(user=f"u{i % 4}", amount=i, tags=[str(i)] * (i % 3)) for i in range(100)]

@@ -368,6 +368,25 @@ class FileSink:
             storage.delete(h["staged"])
 
 
+class StreamingFileSink(FileSink):
+    """PyFlink's legacy file sink, used with ``add_sink``: the same sink as ``FileSink``, built the
+    same way, exactly-once the same way."""
+
+    @staticmethod
+    def for_row_format(base_path: str, encoder: Encoder) -> "StreamingFileSink.DefaultRowFormatBuilder":
+        return StreamingFileSink.DefaultRowFormatBuilder(base_path, encoder)
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> "StreamingFileSink.DefaultBulkFormatBuilder":
+        return StreamingFileSink.DefaultBulkFormatBuilder(base_path, writer_factory)
+
+    class DefaultRowFormatBuilder(FileSink.RowFormatBuilder):
+        pass
+
+    class DefaultBulkFormatBuilder(FileSink.BulkFormatBuilder):
+        pass
+
+
 class FileSinkWriter:
     """One subtask's output of one epoch: an open part file per bucket, staged as it rolls."""
 

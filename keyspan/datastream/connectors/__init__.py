@@ -12,8 +12,9 @@ from keyspan.datastream.connectors.file_system import (
     OutputFileConfig,
     RollingPolicy,
     StreamFormat,
+    StreamingFileSink,
 )
 from keyspan.datastream.connectors.number_seq import NumberSequenceSource
 
 __all__ = ["BucketAssigner", "DeliveryGuarantee", "FileSink", "FileSource", "FileSourceBuilder", "NumberSequenceSource",
-           "OutputFileConfig", "RollingPolicy", "Source", "StreamFormat"]
+           "OutputFileConfig", "RollingPolicy", "Source", "StreamFormat", "StreamingFileSink"]

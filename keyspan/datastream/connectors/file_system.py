@@ -9,10 +9,12 @@ from keyspan.connectors.file_sink import (
     OnCheckpointRollingPolicy,
     OutputFileConfig,
     RollingPolicy,
+    StreamingFileSink,
 )
 from keyspan.connectors.file_source import BulkFormat, FileSource, StreamFormat
 
 FileSourceBuilder = FileSource.FileSourceBuilder
 
 __all__ = ["BucketAssigner", "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileSink", "FileSource",
-           "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat"]
+           "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat",
+           "StreamingFileSink"]

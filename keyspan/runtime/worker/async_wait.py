@@ -136,9 +136,9 @@ class AsyncWait:
             self._emit_results(*self._calls.pop(call))
 
     def _emit_results(self, future, value, timestamp) -> None:
-        kind, payload = future.result()
         op, subtask = self._op, self._subtask
         try:
+            kind, payload = future.result()  # raises what a retry strategy's own methods raised
             if kind == "error":
                 raise payload
             results = self._function.timeout(value) if kind == "timeout" else payload
