@@ -323,3 +323,23 @@ def test_unsupported_pyflink_names_say_what_to_use_instead():
     env = StreamExecutionEnvironment.get_execution_environment()
     with pytest.raises(NotImplementedError, match="not supported by keyspan: add_source"):
         env.add_source(object())
+
+
+def test_the_connectors_package_has_pyflink_s_names_and_names_the_connectors_keyspan_lacks():
+    import importlib
+
+    from keyspan.datastream import connectors
+    from keyspan.datastream.connectors.kafka import FlinkKafkaConsumer, KafkaSink, KafkaSource
+
+    assert (connectors.KafkaSource, connectors.FlinkKafkaConsumer) == (KafkaSource, FlinkKafkaConsumer)
+    assert all(issubclass(c, connectors.Sink) for c in (connectors.FileSink, connectors.StreamingFileSink, KafkaSink))
+    assert issubclass(KafkaSource, connectors.Source)
+    assert set(connectors.__all__) <= set(dir(connectors))
+    with pytest.raises(ImportError, match="not supported by keyspan: keyspan.datastream.connectors.JdbcSink; write with "
+                                          "add_sink"):
+        from keyspan.datastream.connectors import JdbcSink  # noqa: F401
+    for module, instead in [("jdbc", "add_sink"), ("kinesis", "env.from_spark"), ("pulsar", "env.from_spark"),
+                            ("rabbitmq", "add_sink"), ("elasticsearch", "add_sink"), ("cassandra", "add_sink"),
+                            ("dynamic_kafka", "set_topic_pattern"), ("hybrid_source", "union")]:
+        with pytest.raises(ImportError, match=rf"not supported by keyspan: keyspan.datastream.connectors.{module};.*{instead}"):
+            importlib.import_module(f"keyspan.datastream.connectors.{module}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from keyspan.connectors.sinks import Sink
 
-class DiscardingSink:
+
+class DiscardingSink(Sink):
     name = "Discarding Sink"
-    runs_in_task = True
 
     def create_writer(self, subtask: int, epoch: int, token: str) -> "_Discard":
         return _Discard()

@@ -21,6 +21,7 @@ import re
 import time
 from datetime import datetime
 
+from keyspan.connectors.sinks import Sink
 from keyspan.io.storage import Storage
 from keyspan.common.serialization import Encoder
 
@@ -244,9 +245,8 @@ class _BulkPart:
 
 # --- the sink --------------------------------------------------------------------------------------
 
-class FileSink:
+class FileSink(Sink):
     name = "File Sink"
-    runs_in_task = True
 
     def __init__(self, base_path: str, encoder: Encoder | None = None, output_file_config: OutputFileConfig | None = None,
                  storage_options: dict | None = None, bucket_assigner: BucketAssigner | None = None,

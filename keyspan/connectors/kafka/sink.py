@@ -18,6 +18,7 @@ import posixpath
 import sys
 from enum import Enum
 
+from keyspan.connectors.sinks import Sink
 from keyspan.connectors.kafka.source import CLIENT_LOG
 from keyspan.io import serde
 
@@ -117,11 +118,10 @@ def _produce(producer, topic, key, value, on_delivery=None):
             producer.poll(0.05)
 
 
-class KafkaSink:
+class KafkaSink(Sink):
     """PyFlink's ``KafkaSink``: build with ``KafkaSink.builder()``, use with ``ds.sink_to(sink)``."""
 
     name = "Kafka Sink"
-    runs_in_task = True
 
     def __init__(self, bootstrap_servers: str, serializer: KafkaRecordSerializationSchema,
                  guarantee: DeliveryGuarantee, transactional_id_prefix: str, properties: dict):
