@@ -343,3 +343,21 @@ def test_the_connectors_package_has_pyflink_s_names_and_names_the_connectors_key
                             ("dynamic_kafka", "set_topic_pattern"), ("hybrid_source", "union")]:
         with pytest.raises(ImportError, match=rf"not supported by keyspan: keyspan.datastream.connectors.{module};.*{instead}"):
             importlib.import_module(f"keyspan.datastream.connectors.{module}")
+
+
+def test_type_information_classes_are_those_types_builds():
+    from keyspan.common import Types
+    from keyspan.common.typeinfo import (
+        BasicArrayTypeInfo, BasicTypeInfo, InstantTypeInfo, ListTypeInfo, ObjectArrayTypeInfo, PickledBytesTypeInfo,
+        PrimitiveArrayTypeInfo, SqlTimeTypeInfo,
+    )
+
+    assert BasicTypeInfo.STRING_TYPE_INFO() == Types.STRING() and isinstance(Types.LONG(), BasicTypeInfo)
+    assert isinstance(Types.INSTANT(), InstantTypeInfo) and BasicTypeInfo.INSTANT_TYPE_INFO() == Types.INSTANT()
+    assert (SqlTimeTypeInfo.DATE(), SqlTimeTypeInfo.TIME(), SqlTimeTypeInfo.TIMESTAMP()) == (
+        Types.SQL_DATE(), Types.SQL_TIME(), Types.SQL_TIMESTAMP())
+    assert PickledBytesTypeInfo.PICKLED_BYTE_ARRAY_TYPE_INFO() == Types.PICKLED_BYTE_ARRAY()
+    for cls, build in [(PrimitiveArrayTypeInfo, Types.PRIMITIVE_ARRAY), (BasicArrayTypeInfo, Types.BASIC_ARRAY),
+                       (ObjectArrayTypeInfo, Types.OBJECT_ARRAY)]:
+        array = build(Types.INT())
+        assert type(array) is cls and isinstance(array, ListTypeInfo) and array.element_type == Types.INT()

@@ -66,85 +66,181 @@ class MapTypeInfo(TypeInformation):
         super().__init__(f"MAP<{key_type!r}, {value_type!r}>", arrow)
 
 
+class BasicTypeInfo(TypeInformation):
+    """Strings, booleans, numbers, chars and instants (``Types.STRING()`` … build these)."""
+
+    @staticmethod
+    def STRING_TYPE_INFO():
+        return BasicTypeInfo("STRING", pa.string())
+
+    @staticmethod
+    def BOOLEAN_TYPE_INFO():
+        return BasicTypeInfo("BOOLEAN", pa.bool_())
+
+    @staticmethod
+    def BYTE_TYPE_INFO():
+        return BasicTypeInfo("BYTE", pa.int8())
+
+    @staticmethod
+    def SHORT_TYPE_INFO():
+        return BasicTypeInfo("SHORT", pa.int16())
+
+    @staticmethod
+    def INT_TYPE_INFO():
+        return BasicTypeInfo("INT", pa.int32())
+
+    @staticmethod
+    def LONG_TYPE_INFO():
+        return BasicTypeInfo("LONG", pa.int64())
+
+    @staticmethod
+    def FLOAT_TYPE_INFO():
+        return BasicTypeInfo("FLOAT", pa.float32())
+
+    @staticmethod
+    def DOUBLE_TYPE_INFO():
+        return BasicTypeInfo("DOUBLE", pa.float64())
+
+    @staticmethod
+    def CHAR_TYPE_INFO():
+        return BasicTypeInfo("CHAR", pa.string())
+
+    @staticmethod
+    def BIG_INT_TYPE_INFO():
+        return BasicTypeInfo("BIG_INT", None)
+
+    @staticmethod
+    def BIG_DEC_TYPE_INFO():
+        return BasicTypeInfo("BIG_DEC", None)
+
+    @staticmethod
+    def INSTANT_TYPE_INFO():
+        """Values are ``keyspan.common.Instant``s (pickled, as PyFlink's Python objects of this type)."""
+        return InstantTypeInfo("INSTANT", None)
+
+
+class InstantTypeInfo(BasicTypeInfo):
+    pass
+
+
+class SqlTimeTypeInfo(TypeInformation):
+    """``datetime.date``, ``datetime.time`` and ``datetime.datetime`` values."""
+
+    @staticmethod
+    def DATE():
+        return SqlTimeTypeInfo("SQL_DATE", pa.date32())
+
+    @staticmethod
+    def TIME():
+        return SqlTimeTypeInfo("SQL_TIME", pa.time64("us"))
+
+    @staticmethod
+    def TIMESTAMP():
+        return SqlTimeTypeInfo("SQL_TIMESTAMP", pa.timestamp("us"))
+
+
+class PickledBytesTypeInfo(TypeInformation):
+    """Any Python object (pickled): a stream that declares no type."""
+
+    def __init__(self):
+        super().__init__("PICKLED_BYTE_ARRAY", None)
+
+    @staticmethod
+    def PICKLED_BYTE_ARRAY_TYPE_INFO():
+        return PickledBytesTypeInfo()
+
+
+class PrimitiveArrayTypeInfo(ListTypeInfo):
+    """A list of numbers, booleans or chars (bytes for ``BYTE``)."""
+
+
+class BasicArrayTypeInfo(ListTypeInfo):
+    """A list of basic values."""
+
+
+class ObjectArrayTypeInfo(ListTypeInfo):
+    """A list of values of any one type."""
+
+
 class Types:
     """Factory methods named as in ``pyflink.common.typeinfo.Types``."""
 
     @staticmethod
     def STRING():
-        return TypeInformation("STRING", pa.string())
+        return BasicTypeInfo.STRING_TYPE_INFO()
 
     @staticmethod
     def BYTE():
-        return TypeInformation("BYTE", pa.int8())
+        return BasicTypeInfo.BYTE_TYPE_INFO()
 
     @staticmethod
     def BOOLEAN():
-        return TypeInformation("BOOLEAN", pa.bool_())
+        return BasicTypeInfo.BOOLEAN_TYPE_INFO()
 
     @staticmethod
     def SHORT():
-        return TypeInformation("SHORT", pa.int16())
+        return BasicTypeInfo.SHORT_TYPE_INFO()
 
     @staticmethod
     def INT():
-        return TypeInformation("INT", pa.int32())
+        return BasicTypeInfo.INT_TYPE_INFO()
 
     @staticmethod
     def LONG():
-        return TypeInformation("LONG", pa.int64())
+        return BasicTypeInfo.LONG_TYPE_INFO()
 
     @staticmethod
     def FLOAT():
-        return TypeInformation("FLOAT", pa.float32())
+        return BasicTypeInfo.FLOAT_TYPE_INFO()
 
     @staticmethod
     def DOUBLE():
-        return TypeInformation("DOUBLE", pa.float64())
+        return BasicTypeInfo.DOUBLE_TYPE_INFO()
 
     @staticmethod
     def CHAR():
-        return TypeInformation("CHAR", pa.string())
+        return BasicTypeInfo.CHAR_TYPE_INFO()
 
     @staticmethod
     def BIG_INT():
-        return TypeInformation("BIG_INT", None)
+        return BasicTypeInfo.BIG_INT_TYPE_INFO()
 
     @staticmethod
     def BIG_DEC():
-        return TypeInformation("BIG_DEC", None)
+        return BasicTypeInfo.BIG_DEC_TYPE_INFO()
 
     @staticmethod
     def SQL_DATE():
-        return TypeInformation("SQL_DATE", pa.date32())
+        return SqlTimeTypeInfo.DATE()
 
     @staticmethod
     def SQL_TIMESTAMP():
-        return TypeInformation("SQL_TIMESTAMP", pa.timestamp("us"))
+        return SqlTimeTypeInfo.TIMESTAMP()
 
     @staticmethod
     def SQL_TIME():
-        return TypeInformation("SQL_TIME", pa.time64("us"))
+        return SqlTimeTypeInfo.TIME()
 
     @staticmethod
     def INSTANT():
         """Values are ``keyspan.common.Instant``s (pickled, as PyFlink's Python objects of this type)."""
-        return TypeInformation("INSTANT", None)
+        return BasicTypeInfo.INSTANT_TYPE_INFO()
 
     @staticmethod
     def PICKLED_BYTE_ARRAY():
-        return TypeInformation("PICKLED_BYTE_ARRAY", None)
+        return PickledBytesTypeInfo()
 
     @staticmethod
     def PRIMITIVE_ARRAY(element_type):
-        return ListTypeInfo(element_type)
+        return PrimitiveArrayTypeInfo(element_type)
 
     @staticmethod
     def BASIC_ARRAY(element_type):
-        return ListTypeInfo(element_type)
+        return BasicArrayTypeInfo(element_type)
 
     @staticmethod
     def OBJECT_ARRAY(element_type):
-        return ListTypeInfo(element_type)
+        return ObjectArrayTypeInfo(element_type)
 
     @staticmethod
     def LIST(element_type):
