@@ -215,13 +215,15 @@ class CsvReaderFormat(StreamFormat):
         except UnicodeDecodeError as exc:
             return [poison(data, name, f"not UTF-8 text: {exc}")]
         lines = text.splitlines(keepends=True)
-        line_at = [0]  # the number of the line the reader last took
+        line_at = [0, None]  # the numbers of the last line the reader took and of its record's first line
 
         def numbered():
             for number, line in enumerate(lines, 1):
                 if options["allow_comments"] and line.lstrip().startswith("#"):
                     continue
                 line_at[0] = number
+                if line_at[1] is None:
+                    line_at[1] = number
                 yield line
 
         reader = csv.reader(numbered(), strict=True, **schema._dialect())
@@ -230,14 +232,16 @@ class CsvReaderFormat(StreamFormat):
         header = options["use_header"]
         skip_data_row = options["skip_first_data_row"]
         while True:
-            first_line = line_at[0] + 1
+            line_at[1] = None
             try:
                 fields = next(reader)
             except StopIteration:
                 return out
             except csv.Error as exc:
+                first_line = line_at[1] or line_at[0]
                 out.append(poison(lines[first_line - 1].encode(), f"{name} line {first_line}", f"malformed CSV: {exc}"))
                 continue
+            first_line = line_at[1]
             if not fields or fields == [""] and len(names) > 1:
                 continue  # a blank line
             where = f"{name} line {first_line}"
