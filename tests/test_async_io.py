@@ -41,8 +41,10 @@ class Lookup(AsyncFunction):
         return [(value, value * 10, in_flight)]
 
 
-def test_ordered_wait_runs_calls_concurrently_and_emits_in_input_order(env):
+@pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
+def test_ordered_wait_runs_calls_concurrently_and_emits_in_input_order(env, in_driver):
     env.set_parallelism(1)
+    env.set_small_epochs_in_driver(in_driver)
     values = list(range(40))
     stream = env.from_collection(values)
     out = list(AsyncDataStream.ordered_wait(stream, Lookup(lambda v: 0.002 * (v % 7)), Time.seconds(10), capacity=4)
