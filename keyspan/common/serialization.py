@@ -186,6 +186,19 @@ def _from_text(text: str, t: TypeInformation, name: str):
     raise ParseError(f"field '{name}': type {kind} cannot be read from text")
 
 
+def csv_field(text: str, t: TypeInformation, name: str, null_literal: str, array_separator: str):
+    """A CSV field of type ``t``: None for the null literal (and for an empty field of a non-string
+    type); for a list type, the elements between ``array_separator``s (the whole field without one)."""
+    if text == null_literal and (null_literal or t.name not in _STRINGS):
+        return None
+    if isinstance(t, ListTypeInfo):
+        if not text:
+            return []
+        parts = text.split(array_separator) if array_separator else [text]
+        return [None if e == null_literal else _from_text(e, t.element_type, name) for e in parts]
+    return _from_text(text, t, name)
+
+
 def _from_json(value, t: TypeInformation, name: str, fail_on_missing: bool):
     if value is None:
         return None
@@ -452,13 +465,7 @@ class CsvRowDeserializationSchema(DeserializationSchema):
         return Row.from_values(names, [self._value(f, t, n) for f, t, n in zip(fields, types, names)])
 
     def _value(self, text: str, t: TypeInformation, name: str):
-        d = self.dialect
-        if text == d.null_literal and (d.null_literal or t.name not in _STRINGS):
-            return None
-        if isinstance(t, ListTypeInfo):
-            return [None if e == d.null_literal else _from_text(e, t.element_type, name)
-                    for e in text.split(d.array_element_delimiter)] if text else []
-        return _from_text(text, t, name)
+        return csv_field(text, t, name, self.dialect.null_literal, self.dialect.array_element_delimiter)
 
     class Builder(_CsvDialectBuilder):
         def __init__(self, type_info):

@@ -9,7 +9,9 @@ import csv
 import io
 
 from keyspan.common.java_text import java_float
-from keyspan.common.serialization import CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, _from_text
+from keyspan.common.serialization import (
+    CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, csv_field,
+)
 from keyspan.common.typeinfo import ListTypeInfo, Types
 from keyspan.common.types import Row
 from keyspan.connectors.dead_letter import ErrorPolicy
@@ -18,8 +20,6 @@ from keyspan.connectors.file_source import StreamFormat
 
 __all__ = ["CsvSchema", "CsvSchemaBuilder", "CsvReaderFormat", "CsvBulkWriters", "CsvRowDeserializationSchema",
            "CsvRowSerializationSchema"]
-
-_STRING_KINDS = ("STRING", "CHAR")
 
 
 class _Column:
@@ -265,17 +265,8 @@ class CsvReaderFormat(StreamFormat):
                 out.append(poison(raw, where, str(exc)))
 
     def _value(self, text: str, column: _Column):
-        null = self.schema._options["null_value"]
-        t = column.type_info
-        if text == null and (null or t.name not in _STRING_KINDS):
-            return None
-        if isinstance(t, ListTypeInfo):
-            if not text:
-                return []
-            separator = self.schema._separator_of(column)
-            parts = text.split(separator) if separator else [text]
-            return [None if p == null and null else _from_text(p, t.element_type, column.name) for p in parts]
-        return _from_text(text, t, column.name)
+        return csv_field(text, column.type_info, column.name, self.schema._options["null_value"],
+                         self.schema._separator_of(column))
 
 
 class _CsvBulkWriterFactory(BulkWriterFactory):
