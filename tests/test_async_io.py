@@ -15,7 +15,7 @@ from keyspan.common import Duration, Time, Types, WatermarkStrategy
 from keyspan.common.restart_strategy import RestartStrategies
 from keyspan.common.serialization import Encoder
 from keyspan.datastream import (
-    AsyncDataStream, AsyncFunction, MapFunction, ProcessWindowFunction, TumblingEventTimeWindows,
+    AsyncDataStream, AsyncFunction, AsyncRetryStrategy, MapFunction, ProcessWindowFunction, TumblingEventTimeWindows,
 )
 from keyspan.datastream.async_retry_predicates import empty_result_predicate
 from keyspan.datastream.async_retry_strategies import ExponentialBackoffDelayRetryStrategy, FixedDelayRetryStrategy
@@ -111,12 +111,15 @@ def test_retries_follow_the_strategy_and_give_up_when_it_does(env):
                .execute_and_collect())
     assert out == [("x", 4), ("y", 4)]  # two errors and one empty answer retried
 
-    errors_only = ExponentialBackoffDelayRetryStrategy(5, 5, 50, 2.0, None, lambda error: True)
+    errors_only = AsyncRetryStrategy.exponential_backoff(5, 5, 50, 2.0, None, lambda error: True)  # PyFlink's shortcut
+    assert isinstance(errors_only, ExponentialBackoffDelayRetryStrategy)
+    assert [errors_only.get_backoff_time_millis(n) for n in (1, 2, 3, 4, 5)] == [5, 10, 20, 40, 50]
     stream = env.from_collection(["z"])
     assert list(AsyncDataStream.unordered_wait_with_retry(stream, Flaky(), Time.seconds(10), errors_only)
                 .execute_and_collect()) == []  # the empty answer is final without a result predicate
 
-    too_few = FixedDelayRetryStrategy(1, 10, None, lambda error: True)
+    too_few = AsyncRetryStrategy.fixed_delay(1, 10, None, lambda error: True)
+    assert isinstance(too_few, FixedDelayRetryStrategy)
     stream = env.from_collection(["w"])
     AsyncDataStream.ordered_wait_with_retry(stream, Flaky(), Time.seconds(10), too_few).name("flaky").print()
     with pytest.raises(JobExecutionError, match=r"flaky.*'w'.*ConnectionError"):

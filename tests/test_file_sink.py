@@ -191,6 +191,39 @@ def test_parquet_columnar_row_input_format_reads_the_sink_s_files_back(env, tmp_
         FileSource.for_bulk_file_format(object(), str(tmp_path / "pq"))
 
 
+def test_orc_bulk_sink_is_readable_by_pyarrow_with_the_writer_properties_applied(env, tmp_path):
+    """PyFlink's OrcBulkWriters.for_row_type(DataTypes.ROW([...]), writer_properties): ORC files that
+    another reader (pyarrow's ORC reader) reads back, compressed as ``orc.compress`` asks."""
+    import pyarrow.orc as orc
+
+    from keyspan.common import Configuration
+    from keyspan.datastream.formats.orc import OrcBulkWriters
+    from keyspan.table import DataTypes
+
+    row = DataTypes.ROW([DataTypes.FIELD("user", DataTypes.STRING()), DataTypes.FIELD("amount", DataTypes.BIGINT()),
+                         DataTypes.FIELD("tags", DataTypes.ARRAY(DataTypes.STRING()))])
+    data = [Row(user=f"u{i % 4}", amount=i, tags=[str(i)] * (i % 3)) for i in range(60)]
+    properties = Configuration().set_string("orc.compress", "SNAPPY").set_string("orc.bloom.filter.columns", "user")
+    sink = FileSink.for_bulk_format(str(tmp_path / "orc"), OrcBulkWriters.for_row_type(row, properties)) \
+        .with_output_file_config(OutputFileConfig.builder().with_part_suffix(".orc").build()).build()
+    env.from_collection(data, type_info=row).sink_to(sink)
+    env.execute("orc")
+    files = sorted(_published(tmp_path / "orc"))
+    assert files and all(f.endswith(".orc") and f.startswith("part-") for f in files)
+    readers = [orc.ORCFile(str(tmp_path / "orc" / f)) for f in files]
+    assert {r.compression for r in readers} == {"SNAPPY"}
+    assert readers[0].schema.field("amount").type == "int64"
+    rows = [r for reader in readers for r in reader.read().to_pylist()]
+    assert sorted(rows, key=lambda r: r["amount"]) == [r.as_dict() for r in data]
+    with pytest.raises(ValueError, match="orc.compress=LZO is not supported"):
+        OrcBulkWriters.for_row_type(row, Configuration().set_string("orc.compress", "LZO"))
+    with pytest.raises(ValueError, match=r"orc.bloom.filter.columns names \['name'\]"):
+        OrcBulkWriters.for_row_type(row, Configuration().set_string("orc.bloom.filter.columns", "name"))
+    assert OrcBulkWriters.for_row_type(row).get_row_type() == row  # a RowDataBulkWriterFactory, as in PyFlink
+    with pytest.raises(TypeError, match="OrcBulkWriters.for_row_type needs"):
+        OrcBulkWriters.for_row_type(Types.STRING())
+
+
 # --- exactly-once after SIGKILL ---------------------------------------------------------------------
 
 BUCKETED_JOB = Path(__file__).parent / "jobs" / "bucketed_sink_job.py"

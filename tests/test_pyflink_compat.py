@@ -349,13 +349,18 @@ def test_type_information_classes_are_those_types_builds():
     from keyspan.common import Types
     from keyspan.common.typeinfo import (
         BasicArrayTypeInfo, BasicTypeInfo, InstantTypeInfo, ListTypeInfo, ObjectArrayTypeInfo, PickledBytesTypeInfo,
-        PrimitiveArrayTypeInfo, SqlTimeTypeInfo,
+        DateTypeInfo, LocalTimeTypeInfo, PrimitiveArrayTypeInfo, SqlTimeTypeInfo, TimestampTypeInfo, TimeTypeInfo,
     )
 
     assert BasicTypeInfo.STRING_TYPE_INFO() == Types.STRING() and isinstance(Types.LONG(), BasicTypeInfo)
     assert isinstance(Types.INSTANT(), InstantTypeInfo) and BasicTypeInfo.INSTANT_TYPE_INFO() == Types.INSTANT()
     assert (SqlTimeTypeInfo.DATE(), SqlTimeTypeInfo.TIME(), SqlTimeTypeInfo.TIMESTAMP()) == (
         Types.SQL_DATE(), Types.SQL_TIME(), Types.SQL_TIMESTAMP())
+    assert [type(t) for t in (Types.SQL_DATE(), Types.SQL_TIME(), Types.SQL_TIMESTAMP())] == [
+        DateTypeInfo, TimeTypeInfo, TimestampTypeInfo]
+    local = LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE_TIME)
+    assert local == LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE_TIME) != Types.SQL_TIMESTAMP()
+    assert local.arrow_type == Types.SQL_TIMESTAMP().arrow_type  # a datetime without a time zone, as a column
     assert PickledBytesTypeInfo.PICKLED_BYTE_ARRAY_TYPE_INFO() == Types.PICKLED_BYTE_ARRAY()
     for cls, build in [(PrimitiveArrayTypeInfo, Types.PRIMITIVE_ARRAY), (BasicArrayTypeInfo, Types.BASIC_ARRAY),
                        (ObjectArrayTypeInfo, Types.OBJECT_ARRAY)]:

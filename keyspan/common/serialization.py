@@ -88,6 +88,26 @@ class SimpleStringEncoder(Encoder):
         return SimpleStringEncoder(self.charset_name, type_info)
 
 
+class BulkWriterFactory:
+    """Writes a whole part file at once from its records (``FileSink.for_bulk_format``);
+    ``encode(records)`` returns the file's bytes. A factory that also has ``encode_pieces(pieces)``
+    takes a part file as pieces in order, each a list of records or a ``pyarrow.RecordBatch`` of them
+    (a columnar operator's output, see docs/aggregations.md)."""
+
+    def encode(self, records: list) -> bytes:
+        raise NotImplementedError
+
+
+class RowDataBulkWriterFactory(BulkWriterFactory):
+    """A bulk writer of rows of a declared row type (Parquet's and ORC's)."""
+
+    def __init__(self, row_type: RowTypeInfo):
+        self.row_type = row_type
+
+    def get_row_type(self) -> RowTypeInfo:
+        return self.row_type
+
+
 class SimpleStringSchema(SerializationSchema, DeserializationSchema):
     """Strings as bytes in ``charset`` (UTF-8 by default)."""
 

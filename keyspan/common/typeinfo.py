@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 import pyarrow as pa
 
 
@@ -128,15 +130,46 @@ class SqlTimeTypeInfo(TypeInformation):
 
     @staticmethod
     def DATE():
-        return SqlTimeTypeInfo("SQL_DATE", pa.date32())
+        return DateTypeInfo()
 
     @staticmethod
     def TIME():
-        return SqlTimeTypeInfo("SQL_TIME", pa.time64("us"))
+        return TimeTypeInfo()
 
     @staticmethod
     def TIMESTAMP():
-        return SqlTimeTypeInfo("SQL_TIMESTAMP", pa.timestamp("us"))
+        return TimestampTypeInfo()
+
+
+class DateTypeInfo(SqlTimeTypeInfo):
+    def __init__(self):
+        super().__init__("SQL_DATE", pa.date32())
+
+
+class TimeTypeInfo(SqlTimeTypeInfo):
+    def __init__(self):
+        super().__init__("SQL_TIME", pa.time64("us"))
+
+
+class TimestampTypeInfo(SqlTimeTypeInfo):
+    def __init__(self):
+        super().__init__("SQL_TIMESTAMP", pa.timestamp("us"))
+
+
+class LocalTimeTypeInfo(TypeInformation):
+    """``datetime.date``, ``datetime.time`` and ``datetime.datetime`` values without a time zone, as
+    Java's ``LocalDate``, ``LocalTime`` and ``LocalDateTime``."""
+
+    class TimeType(Enum):
+        LOCAL_DATE = 0
+        LOCAL_TIME = 1
+        LOCAL_DATE_TIME = 2
+
+    def __init__(self, time_type: "LocalTimeTypeInfo.TimeType"):
+        arrow = {self.TimeType.LOCAL_DATE: pa.date32(), self.TimeType.LOCAL_TIME: pa.time64("us"),
+                 self.TimeType.LOCAL_DATE_TIME: pa.timestamp("us")}[time_type]
+        super().__init__(time_type.name, arrow)
+        self._time_type = time_type
 
 
 class PickledBytesTypeInfo(TypeInformation):

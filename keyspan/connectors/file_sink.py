@@ -23,7 +23,7 @@ from datetime import datetime
 
 from keyspan.connectors.sinks import Sink
 from keyspan.io.storage import Storage
-from keyspan.common.serialization import Encoder
+from keyspan.common.serialization import BulkWriterFactory, Encoder
 
 STAGING = ".staging"
 
@@ -190,16 +190,6 @@ class OnCheckpointRollingPolicy(RollingPolicy):
 
 
 # --- writers of one part file ----------------------------------------------------------------------
-
-class BulkWriterFactory:
-    """Writes a whole part file at once from its records (``for_bulk_format``); ``encode(records)``
-    returns the file's bytes. A factory that also has ``encode_pieces(pieces)`` takes a part file
-    as pieces in order, each a list of records or a ``pyarrow.RecordBatch`` of them (a columnar
-    operator's output, see docs/aggregations.md)."""
-
-    def encode(self, records: list) -> bytes:
-        raise NotImplementedError
-
 
 class _RowPart:
     def __init__(self, encoder: Encoder):

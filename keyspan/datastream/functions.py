@@ -470,6 +470,20 @@ class AsyncRetryStrategy(ABC):
 
         return async_retry_strategies.NO_RETRY_STRATEGY
 
+    @staticmethod
+    def fixed_delay(max_attempts: int, backoff_time_millis: int, result_predicate=None, exception_predicate=None):
+        from keyspan.datastream.async_retry_strategies import FixedDelayRetryStrategy
+
+        return FixedDelayRetryStrategy(max_attempts, backoff_time_millis, result_predicate, exception_predicate)
+
+    @staticmethod
+    def exponential_backoff(max_attempts: int, initial_delay: int, max_retry_delay: int, multiplier: float,
+                            result_predicate=None, exception_predicate=None):
+        from keyspan.datastream.async_retry_strategies import ExponentialBackoffDelayRetryStrategy
+
+        return ExponentialBackoffDelayRetryStrategy(max_attempts, initial_delay, max_retry_delay, multiplier,
+                                                    result_predicate, exception_predicate)
+
 
 class AsyncFunction(Function):
     """Calls an outside service for each record without waiting for one call before the next:

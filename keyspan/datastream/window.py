@@ -372,7 +372,7 @@ class ProcessingTimeTrigger(Trigger):
         return "ProcessingTimeTrigger()"
 
 
-class _Min(ReduceFunction):
+class Min(ReduceFunction):
     def reduce(self, value1, value2):
         return min(value1, value2)
 
@@ -388,7 +388,7 @@ class _ContinuousTrigger(Trigger):
 
     def __init__(self, interval: int):
         self.interval = _positive(interval, "interval", type(self).__name__)
-        self.state_desc = ReducingStateDescriptor("fire-time", _Min())
+        self.state_desc = ReducingStateDescriptor("fire-time", Min())
 
     def _register(self, ctx, time): ...
 

@@ -1,9 +1,9 @@
 """``FileSource`` / ``FileSink`` under PyFlink's module path ``pyflink.datastream.connectors.file_system``."""
 
+from keyspan.common.serialization import BulkWriterFactory
 from keyspan.connectors.discarding_sink import DiscardingSink
 from keyspan.connectors.file_sink import (
     BucketAssigner,
-    BulkWriterFactory,
     DefaultRollingPolicy,
     FileSink,
     OnCheckpointRollingPolicy,

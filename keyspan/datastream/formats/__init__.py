@@ -1,2 +1,2 @@
 """Formats under PyFlink's module paths (``pyflink.datastream.formats``): ``json``, ``csv``,
-``parquet``, ``avro``."""
+``parquet``, ``avro``, ``orc``."""

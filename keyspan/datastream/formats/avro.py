@@ -8,10 +8,9 @@ from __future__ import annotations
 import io
 import json
 
-from keyspan.common.serialization import AvroRowDeserializationSchema, AvroRowSerializationSchema
+from keyspan.common.serialization import AvroRowDeserializationSchema, AvroRowSerializationSchema, BulkWriterFactory
 from keyspan.common.typeinfo import TypeInformation
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.file_sink import BulkWriterFactory
 from keyspan.connectors.file_source import BulkFormat, FileSource
 
 __all__ = ["AvroSchema", "GenericRecordAvroTypeInfo", "AvroInputFormat", "AvroBulkWriters",

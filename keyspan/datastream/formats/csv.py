@@ -10,12 +10,11 @@ import io
 
 from keyspan.common.java_text import java_float
 from keyspan.common.serialization import (
-    CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, csv_field,
+    BulkWriterFactory, CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, csv_field,
 )
 from keyspan.common.typeinfo import ListTypeInfo, Types
 from keyspan.common.types import Row
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.file_sink import BulkWriterFactory
 from keyspan.connectors.file_source import StreamFormat
 
 __all__ = ["CsvSchema", "CsvSchemaBuilder", "CsvReaderFormat", "CsvBulkWriters", "CsvRowDeserializationSchema",
