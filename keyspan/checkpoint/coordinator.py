@@ -205,6 +205,7 @@ class CheckpointCoordinator:
         steps.append(time.perf_counter())
         if sinks:
             self.publish(self.committed)
+        self._compact(lambda sink: sink.checkpoint_committed(epoch))
         steps.append(time.perf_counter())
         with self.files_lock:
             self.retention.committed(epoch, manifest, doomed)
@@ -235,6 +236,17 @@ class CheckpointCoordinator:
                                        "longer in the job; it cannot be published")
             sink.publish(handles)
         self.store.mark_published(self.job_id, checkpoint["epoch"])
+
+    def end_of_input(self) -> None:
+        """A bounded job ended: output that compacting sinks hold back becomes visible."""
+        self._compact(lambda sink: sink.end_of_input())
+
+    def _compact(self, step) -> None:
+        compacting = [s for s in self.sinks.values() if getattr(s, "compacts", False)]
+        if compacting and self.lease is not None:
+            self.lease.check()  # a driver that lost the job publishes nothing
+        for sink in compacting:
+            step(sink)
 
     def publish_pending(self) -> None:
         """Output of checkpoints that committed just before a crash is published on restart."""

@@ -24,6 +24,7 @@ from datetime import datetime
 from keyspan.connectors.sinks import Sink
 from keyspan.io.storage import Storage
 from keyspan.common.serialization import BulkWriterFactory, Encoder
+from keyspan.connectors.file_compaction import Compaction, FileCompactor, FileCompactStrategy
 
 STAGING = ".staging"
 
@@ -240,8 +241,10 @@ class FileSink(Sink):
 
     def __init__(self, base_path: str, encoder: Encoder | None = None, output_file_config: OutputFileConfig | None = None,
                  storage_options: dict | None = None, bucket_assigner: BucketAssigner | None = None,
-                 rolling_policy: RollingPolicy | None = None, bulk_writer: BulkWriterFactory | None = None):
+                 rolling_policy: RollingPolicy | None = None, bulk_writer: BulkWriterFactory | None = None,
+                 compaction: tuple[FileCompactStrategy, FileCompactor] | None = None):
         self.base_path = base_path
+        self.compaction = compaction
         self.encoder = encoder
         self.bulk_writer = bulk_writer
         self.output_file_config = output_file_config or OutputFileConfig()
@@ -266,6 +269,7 @@ class FileSink(Sink):
             self._storage_options: dict = {}
             self._assigner = None
             self._policy = None
+            self._compaction = None
 
         def with_output_file_config(self, output_file_config: OutputFileConfig):
             self._config = output_file_config
@@ -287,6 +291,19 @@ class FileSink(Sink):
             self._storage_options = dict(storage_options)
             return self
 
+        def enable_compact(self, strategy: FileCompactStrategy, compactor: FileCompactor):
+            """Join small part files: committed part files wait hidden until ``strategy`` fires for
+            their bucket, then become one file (see keyspan.connectors.file_compaction)."""
+            if not isinstance(strategy, FileCompactStrategy) or not isinstance(compactor, FileCompactor):
+                raise TypeError("enable_compact needs a FileCompactStrategy (FileCompactStrategy.builder()...build()) "
+                                f"and a FileCompactor, got {strategy!r} and {compactor!r}")
+            self._compaction = (strategy, compactor)
+            return self
+
+        def disable_compact(self):
+            self._compaction = None
+            return self
+
     class RowFormatBuilder(_Builder):
         def __init__(self, base_path: str, encoder: Encoder):
             super().__init__(base_path)
@@ -300,7 +317,7 @@ class FileSink(Sink):
 
         def build(self) -> "FileSink":
             return FileSink(self._base_path, self._encoder, self._config, self._storage_options, self._assigner,
-                            self._policy)
+                            self._policy, compaction=self._compaction)
 
     class BulkFormatBuilder(_Builder):
         def __init__(self, base_path: str, writer_factory: BulkWriterFactory):
@@ -317,9 +334,15 @@ class FileSink(Sink):
             self._policy = rolling_policy
             return self
 
+        def enable_compact(self, strategy: FileCompactStrategy, compactor: FileCompactor):
+            if compactor is not None and getattr(compactor, "joins", False):
+                raise TypeError("concat_file_compactor joins files byte by byte, which breaks a bulk format's files "
+                                "(Parquet, ORC, Avro): use FileCompactor.identical_file_compactor(), or no compaction")
+            return super().enable_compact(strategy, compactor)
+
         def build(self) -> "FileSink":
             return FileSink(self._base_path, None, self._config, self._storage_options, self._assigner,
-                            self._policy, bulk_writer=self._factory)
+                            self._policy, bulk_writer=self._factory, compaction=self._compaction)
 
     def for_input_type(self, type_info) -> "FileSink":
         """This sink for a stream of ``type_info`` (``sink_to``): a row format may write by the type."""
@@ -343,14 +366,29 @@ class FileSink(Sink):
     def new_part(self):
         return _BulkPart(self.bulk_writer) if self.bulk_writer is not None else _RowPart(self.encoder)
 
+    @property
+    def compacts(self) -> bool:
+        return self.compaction is not None
+
     def publish(self, handles: list[dict]) -> None:
         storage = self.storage()
+        if self.compaction is not None:
+            Compaction(storage, *self.compaction).add(handles)
+            return
         for h in handles:
             if storage.exists(h["staged"]):
                 storage.rename(h["staged"], h["final"])
             elif not storage.exists(h["final"]):
                 raise IOError(f"file sink '{self.base_path}': staged output {h['staged']} of a committed "
                               "epoch is missing and was never published")
+
+    def checkpoint_committed(self, epoch: int) -> None:
+        if self.compaction is not None:
+            Compaction(self.storage(), *self.compaction).compact_due(epoch)
+
+    def end_of_input(self) -> None:
+        if self.compaction is not None:
+            Compaction(self.storage(), *self.compaction).compact_all()
 
     def discard(self, handles: list[dict]) -> None:
         storage = self.storage()
@@ -420,7 +458,8 @@ class FileSinkWriter:
         staged = posixpath.join(STAGING, f"e{self._epoch:010d}-s{self._subtask:04d}-{self._token}"
                                 + (f"-{len(self._handles)}" if self._handles else ""))
         self._sink.storage().write(staged, part.close())
-        self._handles.append({"staged": staged, "final": self._sink.final_name(bucket, self._epoch, self._subtask, n)})
+        self._handles.append({"staged": staged, "final": self._sink.final_name(bucket, self._epoch, self._subtask, n),
+                              "epoch": self._epoch})
 
     def finish(self) -> list[dict]:
         """The staged part files of this epoch (published when its checkpoint commits)."""

@@ -10,9 +10,16 @@ class Sink:
 
     name = "Sink"
     runs_in_task = True
+    compacts = False  # True: output may wait past its checkpoint (FileSink.enable_compact)
 
     def create_writer(self, subtask: int, epoch: int, token: str):
         raise NotImplementedError
 
     def publish(self, handles: list[dict]) -> None:
         """Makes an epoch's staged output visible; runs again for the same handles after a crash."""
+
+    def checkpoint_committed(self, epoch: int) -> None:
+        """A sink that ``compacts``: after every checkpoint, output of earlier ones may become visible."""
+
+    def end_of_input(self) -> None:
+        """A sink that ``compacts``: a bounded job ended, so whatever output waits becomes visible."""

@@ -527,6 +527,11 @@ class JobRunner:
                 self._end_of_input()
             except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
                 self._fail(self.failure or exc)
+        if bounded and not self.control.stopped and self.committed is not None:
+            try:
+                self.coordinator.end_of_input()
+            except Exception as exc:  # noqa: BLE001 — the output stays hidden; the next run compacts it
+                self._fail(exc)
         self._release()  # before the run shows as ended: whoever waits for that may start the job at once
         self.store.end_run(self.run_info["run_id"], status)
         _mark_run(self.run_info["run_id"], ended=True)

@@ -2,7 +2,8 @@
 written to one bucket per key class, part files rolled by size, several epochs.
 
 Every line depends only on how many records of its key came before it, so the lines of one
-(bucket, epoch, subtask) are the same in every failure-free run."""
+(bucket, epoch, subtask) are the same in every failure-free run. With BUCKETED_JOB_COMPACT=N the
+sink joins each bucket's part files every N checkpoints (enable_compact)."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import os
 from keyspan.common import Encoder, WatermarkStrategy
 from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from keyspan.datastream.connectors import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
+from keyspan.datastream.connectors.file_system import FileCompactor, FileCompactStrategy
 from keyspan.datastream.connectors.number_seq import NumberSequenceSource
 from keyspan.datastream.state import ValueStateDescriptor
 
@@ -34,11 +36,15 @@ class ByKeyClass(BucketAssigner):
 env = StreamExecutionEnvironment.get_execution_environment()
 env.set_parallelism(2)
 env.set_max_records_per_epoch(150)
-sink = FileSink.for_row_format(OUTPUT, Encoder.simple_string_encoder()) \
+builder = FileSink.for_row_format(OUTPUT, Encoder.simple_string_encoder()) \
     .with_bucket_assigner(ByKeyClass()) \
     .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=400)) \
-    .with_output_file_config(OutputFileConfig.builder().with_part_prefix("counts").with_part_suffix(".jsonl").build()) \
-    .build()
+    .with_output_file_config(OutputFileConfig.builder().with_part_prefix("counts").with_part_suffix(".jsonl").build())
+if os.environ.get("BUCKETED_JOB_COMPACT"):
+    builder.enable_compact(
+        FileCompactStrategy.builder().enable_compaction_on_checkpoint(int(os.environ["BUCKETED_JOB_COMPACT"])).build(),
+        FileCompactor.concat_file_compactor())
+sink = builder.build()
 (env.from_source(NumberSequenceSource(0, 2399), WatermarkStrategy.no_watermarks(), "numbers").uid("numbers")
     .key_by(lambda n: n % 40)
     .process(Count()).uid("count")

@@ -2,6 +2,7 @@
 
 from keyspan.common.serialization import BulkWriterFactory
 from keyspan.connectors.discarding_sink import DiscardingSink
+from keyspan.connectors.file_compaction import FileCompactor, FileCompactStrategy
 from keyspan.connectors.file_sink import (
     BucketAssigner,
     DefaultRollingPolicy,
@@ -15,6 +16,6 @@ from keyspan.connectors.file_source import BulkFormat, FileSource, StreamFormat
 
 FileSourceBuilder = FileSource.FileSourceBuilder
 
-__all__ = ["BucketAssigner", "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileSink", "FileSource",
-           "FileSourceBuilder", "OnCheckpointRollingPolicy", "OutputFileConfig", "RollingPolicy", "StreamFormat",
-           "StreamingFileSink"]
+__all__ = ["BucketAssigner", "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileCompactor",
+           "FileCompactStrategy", "FileSink", "FileSource", "FileSourceBuilder", "OnCheckpointRollingPolicy",
+           "OutputFileConfig", "RollingPolicy", "StreamFormat", "StreamingFileSink"]
