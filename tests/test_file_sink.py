@@ -281,6 +281,31 @@ def test_compaction_joins_part_files_when_its_strategy_fires(env, tmp_path):
             .enable_compact(every_three, FileCompactor.concat_file_compactor())
 
 
+def test_file_source_reads_a_bucketed_sink_s_folder_with_its_subfolders(env, tmp_path):
+    """A FileSource on a folder reads the files of its subfolders too (Flink's file enumerators are
+    recursive), skipping files and folders named .* or _* (staging, compaction, markers)."""
+    from keyspan.datastream.connectors import FileEnumeratorProvider, FileSource, FileSplitAssignerProvider
+    from keyspan.datastream.connectors.file_system import StreamFormat
+
+    env.set_parallelism(2)
+    env.from_collection([f"line {n}" for n in range(40)]).sink_to(
+        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).with_bucket_assigner(EvenOdd())
+        .build())
+    env.execute("bucketed-out")
+    (tmp_path / "out" / "_SUCCESS").write_text("not data")
+    (tmp_path / "out" / "even" / ".part-in-progress").write_text("not data either")
+    (tmp_path / "out" / "_temporary" / "0").mkdir(parents=True)
+    (tmp_path / "out" / "_temporary" / "0" / "part").write_text("nor this")
+    assert {p.split("/")[0] for p in _published(tmp_path / "out")} >= {"even", "odd", "_temporary"}
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path / "out")) \
+        .set_file_enumerator(FileEnumeratorProvider.default_non_splittable_file_enumerator()) \
+        .set_split_assigner(FileSplitAssignerProvider.locality_aware_split_assigner()).build()
+    back = env.from_source(source, WatermarkStrategy.no_watermarks(), "back").execute_and_collect(limit=100)
+    assert sorted(back) == sorted(f"line {n}" for n in range(40))
+    with pytest.raises(TypeError, match="set_file_enumerator needs a FileEnumeratorProvider"):
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).set_file_enumerator("all")
+
+
 # --- exactly-once after SIGKILL ---------------------------------------------------------------------
 
 BUCKETED_JOB = Path(__file__).parent / "jobs" / "bucketed_sink_job.py"

@@ -39,9 +39,14 @@ def test_pyflink_import_paths_resolve():
         "keyspan.datastream.formats.avro": ["AvroRowSerializationSchema", "AvroRowDeserializationSchema", "AvroSchema",
                                             "GenericRecordAvroTypeInfo", "AvroInputFormat", "AvroBulkWriters"],
         "keyspan.datastream.connectors": ["FileSource", "FileSink", "StreamFormat", "OutputFileConfig", "RollingPolicy",
-                                          "BucketAssigner", "NumberSequenceSource", "FileSourceBuilder", "Source"],
+                                          "BucketAssigner", "NumberSequenceSource", "FileSourceBuilder", "Source",
+                                          "FileEnumeratorProvider", "FileSplitAssignerProvider"],
         "keyspan.datastream.connectors.file_system": ["FileSource", "FileSink", "RollingPolicy", "BucketAssigner",
-                                                      "OutputFileConfig", "StreamFormat", "BulkWriterFactory"],
+                                                      "OutputFileConfig", "StreamFormat", "BulkWriterFactory",
+                                                      "FileCompactor", "FileCompactStrategy", "FileEnumeratorProvider",
+                                                      "FileSplitAssignerProvider"],
+        "keyspan.common.io": ["InputFormat"],
+        "keyspan.datastream.utils": ["ResultTypeQueryable"],
         "keyspan.datastream.connectors.number_seq": ["NumberSequenceSource"],
     }
     for module, attrs in names.items():
@@ -311,6 +316,10 @@ def test_avro_generic_records_written_by_the_bulk_writer_are_read_by_create_inpu
     files = [p for p in out.iterdir() if p.is_file()]
     with open(files[0], "rb") as f:
         assert fastavro.reader(f).writer_schema["name"] == "User"  # a real Avro data file
+    from keyspan.common.io import InputFormat
+    from keyspan.datastream.utils import ResultTypeQueryable
+
+    assert isinstance(AvroInputFormat(str(out), schema), (InputFormat, ResultTypeQueryable))
     stream = env.create_input(AvroInputFormat(str(out), schema))
     assert stream.get_type() == GenericRecordAvroTypeInfo(schema)
     assert sorted(stream.execute_and_collect(limit=100), key=lambda u: int(u["name"][1:])) == users

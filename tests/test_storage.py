@@ -131,6 +131,8 @@ def test_storage_round_trip_on_s3(s3, s3_calls):
     s3.client.put_object(Bucket=s3.bucket, Key=f"{p}/dir/sub/c", Body=b"sea")
     assert st.list("dir/sub") == ["b", "c"]
     assert st.exists("dir/sub/c") and st.size("dir/sub/c") == 3
+    assert st.files_under() == ["dir/a.bin", "dir/sub/b", "dir/sub/c", "top"]  # what a FileSource lists
+    assert st.files_under("dir/sub") == ["b", "c"] and st.files_under("nothing") == []
 
     st.rename("dir/sub/b", "moved/b")
     assert not st.exists("dir/sub/b") and st.read("moved/b") == b"bee"

@@ -150,6 +150,32 @@ class StreamFormat:
         return rows_of_arrow(table) + bad
 
 
+class FileEnumeratorProvider:
+    """Which files under a ``FileSource``'s paths it reads. Both of Flink's default enumerators read
+    every file in the paths' subfolders, except those named ``.*`` or ``_*``; keyspan does the same
+    with either, and reads each file whole (a file is never split among tasks)."""
+
+    def __init__(self, splittable: bool):
+        self.splittable = splittable
+
+    @staticmethod
+    def default_splittable_file_enumerator() -> "FileEnumeratorProvider":
+        return FileEnumeratorProvider(True)
+
+    @staticmethod
+    def default_non_splittable_file_enumerator() -> "FileEnumeratorProvider":
+        return FileEnumeratorProvider(False)
+
+
+class FileSplitAssignerProvider:
+    """Which task reads which file: keyspan hands each task a run of consecutive files, one Spark task
+    per reading subtask (Spark places the tasks)."""
+
+    @staticmethod
+    def locality_aware_split_assigner() -> "FileSplitAssignerProvider":
+        return FileSplitAssignerProvider()
+
+
 class BulkFormat(StreamFormat):
     """A format that reads a whole file at once (``FileSource.for_bulk_file_format``), e.g. PyFlink's
     ``ParquetColumnarRowInputFormat``."""
@@ -160,8 +186,10 @@ def _what(kind: str) -> str:
 
 
 def _visible_files(folder: Storage) -> list[str]:
-    """The folder's files a source reads: names starting with "." or "_" are files being written."""
-    return [n for n in folder.list("") if not n.startswith((".", "_"))]
+    """The files a source reads under the folder, in its subfolders too (as Flink's file enumerators
+    do): a file or folder whose name starts with "." or "_" is being written, or is not data."""
+    return [path for path in folder.files_under("")
+            if not any(part.startswith((".", "_")) for part in path.split("/"))]
 
 
 class FileReader(SourceReader):
@@ -304,6 +332,18 @@ class FileSource(KeyspanSource):
         def set_max_files_per_epoch(self, files: int):
             """keyspan: read at most this many files per epoch (Spark's maxFilesPerTrigger)."""
             self._max_files = int(files)
+            return self
+
+        def set_file_enumerator(self, file_enumerator: FileEnumeratorProvider):
+            """Accepted: keyspan reads every visible file under the paths, as Flink's default enumerators do."""
+            if not isinstance(file_enumerator, FileEnumeratorProvider):
+                raise TypeError(f"set_file_enumerator needs a FileEnumeratorProvider, got {file_enumerator!r}")
+            return self
+
+        def set_split_assigner(self, split_assigner: FileSplitAssignerProvider):
+            """Accepted: each reading task takes a run of consecutive files."""
+            if not isinstance(split_assigner, FileSplitAssignerProvider):
+                raise TypeError(f"set_split_assigner needs a FileSplitAssignerProvider, got {split_assigner!r}")
             return self
 
         def monitor_continuously(self, discovery_interval=None):

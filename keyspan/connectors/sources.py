@@ -222,6 +222,7 @@ class SparkSource:
 # --- the Spark Python data source -------------------------------------------------------------
 
 def encode_reader(reader: SourceReader) -> str:
+    serde.ship_user_modules_within(reader)
     return base64.b64encode(cloudpickle.dumps(reader)).decode()
 
 

@@ -6,6 +6,7 @@ import itertools
 
 from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
+from keyspan.common.io import InputFormat
 from keyspan.common.job_execution_result import JobExecutionResult
 from keyspan.datastream.checkpoint_config import CheckpointConfig
 from keyspan.datastream.execution_mode import RuntimeExecutionMode
@@ -419,7 +420,7 @@ class StreamExecutionEnvironment:
 
     def create_input(self, input_format, type_info=None) -> DataStream:
         """A bounded stream of an input format's records: keyspan's ``AvroInputFormat``."""
-        if not hasattr(input_format, "file_source"):
+        if not isinstance(input_format, InputFormat):
             raise NotImplementedError(
                 f"not supported by keyspan: create_input({type(input_format).__name__}) takes a Java InputFormat; "
                 f"use AvroInputFormat, env.from_source(FileSource...) or env.from_spark(...) instead")

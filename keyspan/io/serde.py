@@ -45,6 +45,31 @@ def ship_user_modules(objects) -> None:
                 cloudpickle.register_pickle_by_value(module)
 
 
+def ship_user_modules_within(root, depth: int = 4) -> None:
+    """``ship_user_modules`` for an object and the objects its attributes hold, a few levels deep: a
+    sink's bucket assigner or a source's deserializer may be a class of the user's own module."""
+    seen: set[int] = set()
+    found: list = []
+
+    def visit(obj, level: int) -> None:
+        if level > depth or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            return
+        seen.add(id(obj))
+        found.append(obj)
+        if isinstance(obj, dict):
+            inner = list(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            inner = list(obj)
+        else:
+            inner = list(getattr(obj, "__dict__", {}).values())
+        if len(inner) <= 64:  # a longer collection is data, not a job's configuration
+            for item in inner:
+                visit(item, level + 1)
+
+    visit(root, 0)
+    ship_user_modules(found)
+
+
 def dumps_state(obj, *, operator: str, state: str | None = None, key_group: int | None = None) -> bytes:
     """Pickle state for a checkpoint; on failure find the first offending entry and name it."""
     try:

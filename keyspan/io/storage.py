@@ -421,6 +421,22 @@ class Storage:
 
         return self._io("list", rel, op)
 
+    def files_under(self, rel: str = "") -> list[str]:
+        """Every file under ``rel``, in its subfolders too, as paths relative to ``rel`` (sorted)."""
+
+        def op(_attempt):
+            fs, _ = self._resolve()
+            path = self.full_path(rel).rstrip("/")
+            self._fresh(fs, path)
+            try:
+                found = fs.find(path, withdirs=False, detail=False)
+            except FileNotFoundError:
+                return []
+            prefix = path + "/"
+            return sorted(p[len(prefix):] for p in found if p.startswith(prefix))
+
+        return self._io("list", rel, op)
+
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing it. Atomic on local files; on an object store a
         server-side copy and then a delete of ``src`` — repeating a rename that was interrupted

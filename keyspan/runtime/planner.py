@@ -130,8 +130,10 @@ class PhysicalPlan:
         plan = self.stages[stage_id].plan
         serde.ship_user_modules([plan.key_selector] + [e.key_selector for e in plan.exits]
                                 + [e.partitioner for e in plan.exits]
-                                + [f for o in plan.ops for f in _user_objects(o.function)]
-                                + [o.sink for o in plan.ops])
+                                + [f for o in plan.ops for f in _user_objects(o.function)])
+        for o in plan.ops:
+            if o.sink is not None:
+                serde.ship_user_modules_within(o.sink)
         data = serde.dumps_function(plan)
         return data, hashlib.sha256(data).hexdigest()
 

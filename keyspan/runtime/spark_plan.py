@@ -255,7 +255,10 @@ class SparkStages:
         """The pickled ``SourceReader`` a keyspan source's stage reads with (None for other stages)."""
         stage = next(s for s in self.plan.stages if s.plan.stage_id == stage_id)
         index = next((i for i, t in enumerate(self.plan.sources) if t is stage.source), None)
-        return serde.dumps_function(self.readers[index]) if index in self.readers else None
+        if index not in self.readers:
+            return None
+        serde.ship_user_modules_within(self.readers[index])
+        return serde.dumps_function(self.readers[index])
 
     def _driver_epochs(self) -> DriverEpochs | None:
         if self._in_driver is None and self.driver_max_records and runs_in_driver(self.plan, self.readers):

@@ -7,9 +7,11 @@ from keyspan.common.unsupported import module_getattr as _module_getattr
 from keyspan.datastream.connectors.base import DeliveryGuarantee, Sink, Source
 from keyspan.datastream.connectors.file_system import (
     BucketAssigner,
+    FileEnumeratorProvider,
     FileSink,
     FileSource,
     FileSourceBuilder,
+    FileSplitAssignerProvider,
     OutputFileConfig,
     RollingPolicy,
     StreamFormat,
@@ -20,8 +22,8 @@ from keyspan.datastream.connectors.kafka import (
 )
 from keyspan.datastream.connectors.number_seq import NumberSequenceSource
 
-__all__ = ["BucketAssigner", "DeliveryGuarantee", "FileSink", "FileSource", "FileSourceBuilder", "FlinkKafkaConsumer",
-           "FlinkKafkaProducer", "KafkaRecordDeserializationSchema", "KafkaSource", "NumberSequenceSource",
+__all__ = ["BucketAssigner", "DeliveryGuarantee", "FileEnumeratorProvider", "FileSink", "FileSource", "FileSourceBuilder",
+           "FileSplitAssignerProvider", "FlinkKafkaConsumer", "FlinkKafkaProducer", "KafkaRecordDeserializationSchema", "KafkaSource", "NumberSequenceSource",
            "OutputFileConfig", "RollingPolicy", "Semantic", "Sink", "Source", "StreamFormat", "StreamingFileSink"]
 
 # the connectors PyFlink installs here that keyspan does not have
@@ -34,6 +36,4 @@ __getattr__ = _module_getattr("keyspan.datastream.connectors", {
                      "KafkaStreamSetSubscriber", "KafkaStreamSubscriber",
                      "StreamPatternSubscriber", "SingleClusterTopicMetadataService"],
                     INSTEAD_OF_DYNAMIC_KAFKA),
-    **dict.fromkeys(["FileEnumeratorProvider", "FileSplitAssignerProvider"],
-                    "FileSource lists a folder's files itself; point it at the folder (or one file)"),
 })

@@ -12,10 +12,13 @@ from keyspan.connectors.file_sink import (
     RollingPolicy,
     StreamingFileSink,
 )
-from keyspan.connectors.file_source import BulkFormat, FileSource, StreamFormat
+from keyspan.connectors.file_source import (
+    BulkFormat, FileEnumeratorProvider, FileSource, FileSplitAssignerProvider, StreamFormat,
+)
 
 FileSourceBuilder = FileSource.FileSourceBuilder
 
 __all__ = ["BucketAssigner", "BulkFormat", "BulkWriterFactory", "DefaultRollingPolicy", "DiscardingSink", "FileCompactor",
-           "FileCompactStrategy", "FileSink", "FileSource", "FileSourceBuilder", "OnCheckpointRollingPolicy",
+           "FileCompactStrategy", "FileEnumeratorProvider", "FileSink", "FileSource", "FileSourceBuilder",
+           "FileSplitAssignerProvider", "OnCheckpointRollingPolicy",
            "OutputFileConfig", "RollingPolicy", "StreamFormat", "StreamingFileSink"]

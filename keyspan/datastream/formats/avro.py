@@ -8,10 +8,12 @@ from __future__ import annotations
 import io
 import json
 
+from keyspan.common.io import InputFormat
 from keyspan.common.serialization import AvroRowDeserializationSchema, AvroRowSerializationSchema, BulkWriterFactory
 from keyspan.common.typeinfo import TypeInformation
 from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.file_source import BulkFormat, FileSource
+from keyspan.datastream.utils import ResultTypeQueryable
 
 __all__ = ["AvroSchema", "GenericRecordAvroTypeInfo", "AvroInputFormat", "AvroBulkWriters",
            "AvroRowDeserializationSchema", "AvroRowSerializationSchema"]
@@ -74,7 +76,7 @@ class _AvroFileFormat(BulkFormat):
             return [poison(data, name, f"not a readable Avro data file for the schema: {exc}")]
 
 
-class AvroInputFormat:
+class AvroInputFormat(InputFormat, ResultTypeQueryable):
     """Avro data files under ``path`` (a file or a folder), read as generic records:
     ``env.create_input(AvroInputFormat(path, schema))``. A file keyspan cannot read fails the job,
     naming the file."""
