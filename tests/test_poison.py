@@ -166,3 +166,29 @@ def test_dead_letters_can_go_to_a_file_sink(env, tmp_path):
     lines = [line for p in sorted((tmp_path / "dead").iterdir()) if p.is_file() for line in p.read_text().splitlines()]
     assert lines == [f"file://{folder}/a.jsonl line 2\t{TRUNCATED}"]
     assert not any(os.listdir(tmp_path / "dead" / ".staging")) if (tmp_path / "dead" / ".staging").exists() else True
+
+
+def test_compressed_files_are_read_decompressed_and_a_corrupt_one_is_a_dead_letter(env, tmp_path):
+    """As Flink's stream formats do: a file named .gz/.gzip/.bz2/.xz/.deflate is read decompressed, its
+    bad lines named by file and line; a file that does not decompress follows the error policy whole."""
+    import bz2
+    import gzip
+    import lzma
+    import zlib
+
+    folder = _json_files(tmp_path / "plain")
+    packed = tmp_path / "in"
+    packed.mkdir()
+    a, b = (folder / "a.jsonl").read_bytes(), (folder / "b.jsonl").read_bytes()
+    (packed / "a.jsonl.gz").write_bytes(gzip.compress(a))
+    (packed / "b1.jsonl.bz2").write_bytes(bz2.compress(b))
+    (packed / "b2.jsonl.xz").write_bytes(lzma.compress(b))
+    (packed / "b3.jsonl.deflate").write_bytes(zlib.compress(b))
+    (packed / "c.jsonl.gzip").write_bytes(gzip.compress(b'{"user": "dee", "amount": 4}\n'))
+    (packed / "d.jsonl.gz").write_bytes(b"plain text, not gzip")
+    schema = JsonRowDeserializationSchema.builder().type_info(ROW).build()
+    finals, dead = _run_with_dead_letters(env, StreamFormat.line_format(schema), packed)
+    assert finals == {"ann": 31, "bob": 2, "cy": 15, "dee": 4}  # b's records in three compressions
+    assert sorted((origin.rsplit("/", 1)[-1], reason.split(":")[0]) for _, _, origin, reason, _ in dead) == [
+        ("a.jsonl.gz line 2", "malformed JSON"), ("d.jsonl.gz", "not a readable gzip file")]
+    assert [raw for *_, raw in dead if raw.startswith(b"plain")] == [b"plain text, not gzip"]

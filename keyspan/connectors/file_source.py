@@ -4,16 +4,21 @@ deserialization schema. Records a format cannot read follow the source's ``Error
 Offsets count files in the order the source first saw them, so an epoch is a set of whole files
 and replays exactly. Bounded by default (the files present at start, in name order);
 ``monitor_continuously`` keeps picking up new files whatever their names, each read once, as Flink's
-and Spark's file sources do.
+and Spark's file sources do. A stream format reads a compressed file (``.gz``, ``.bz2``, ``.xz``,
+``.deflate``) decompressed, as Flink's ``StandardDeCompressors`` do.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
 import io
 import json
 import os
+import lzma
 import posixpath
+import zlib
 
 import pyarrow as pa
 
@@ -185,6 +190,22 @@ def _what(kind: str) -> str:
     return {"jsonl": "malformed JSON", "text": "undecodable text"}.get(kind, "unreadable record")
 
 
+# a stream format reads these files decompressed, chosen by the name's ending (Flink's StandardDeCompressors)
+_DECOMPRESSORS = {".deflate": ("deflate", zlib.decompress), ".gz": ("gzip", gzip.decompress),
+                  ".gzip": ("gzip", gzip.decompress), ".bz2": ("bzip2", bz2.decompress), ".xz": ("xz", lzma.decompress)}
+
+
+def _decompressed(data: bytes, name: str) -> bytes | str:
+    """The file's bytes, decompressed if its name says it is compressed; a str: why it cannot be."""
+    for ending, (kind, decompress) in _DECOMPRESSORS.items():
+        if name.endswith(ending):
+            try:
+                return decompress(data)
+            except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
+                return f"not a readable {kind} file: {exc}"
+    return data
+
+
 def _visible_files(folder: Storage) -> list[str]:
     """The files a source reads under the folder, in its subfolders too (as Flink's file enumerators
     do): a file or folder whose name starts with "." or "_" is being written, or is not data."""
@@ -281,7 +302,12 @@ class FileReader(SourceReader):
 
     def read(self, partition):
         for name in partition:
-            yield self.fmt.parse(self.storage.read(name), self.storage.url(name), self.poison)
+            raw, url = self.storage.read(name), self.storage.url(name)
+            data = raw if isinstance(self.fmt, BulkFormat) else _decompressed(raw, name)
+            if isinstance(data, str):
+                yield [self.poison(raw, url, data)]
+            else:
+                yield self.fmt.parse(data, url, self.poison)
 
 
 class FileSource(KeyspanSource):
