@@ -88,12 +88,8 @@ class StreamFormat:
         if self.kind == "csv":
             return self._parse_csv(data, name, poison)
         if self.kind == "parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                return rows_of_arrow(pq.read_table(io.BytesIO(data)))
-            except (pa.ArrowException, OSError) as exc:
-                return [poison(data, name, f"not a readable Parquet file: {exc}")]
+            table, bad = read_parquet(data, name, poison)
+            return bad if table is None else rows_of_arrow(table)
         raise ValueError(f"unknown file format {self.kind}")
 
     def _parse_lines(self, data: bytes, name: str, poison) -> list:
@@ -153,6 +149,16 @@ class StreamFormat:
                 raise failure[0] from None
             return [poison(data, name, f"not readable as CSV: {exc}")]
         return rows_of_arrow(table) + bad
+
+
+def read_parquet(data: bytes, name: str, poison) -> tuple[pa.Table | None, list]:
+    """A Parquet file's table, or None and what ``poison`` gives for a file that is not one."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(io.BytesIO(data)), []
+    except (pa.ArrowException, OSError) as exc:
+        return None, [poison(data, name, f"not a readable Parquet file: {exc}")]
 
 
 class FileEnumeratorProvider:

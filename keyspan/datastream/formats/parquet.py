@@ -15,7 +15,7 @@ from keyspan.common.serialization import BulkWriterFactory
 from keyspan.common.typeinfo import RowTypeInfo
 from keyspan.common.types import named_row_class
 from keyspan.connectors.dead_letter import ErrorPolicy
-from keyspan.connectors.file_source import BulkFormat, StreamFormat
+from keyspan.connectors.file_source import BulkFormat, StreamFormat, read_parquet
 from keyspan.datastream.formats.arrow_rows import ArrowRowWriterFactory
 from keyspan.datastream.formats.avro import AvroSchema, GenericRecordAvroTypeInfo
 
@@ -58,10 +58,9 @@ class ParquetColumnarRowInputFormat(BulkFormat):
     def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
         if poison is None:
             poison = ErrorPolicy.fail().handler("format parquet")
-        try:
-            table = pq.read_table(io.BytesIO(data))
-        except (pa.ArrowException, OSError) as exc:
-            return [poison(data, name, f"not a readable Parquet file: {exc}")]
+        table, bad = read_parquet(data, name, poison)
+        if table is None:
+            return bad
         columns = {c if self.is_case_sensitive else c.lower(): c for c in table.column_names}
         names = tuple(self.row_type.field_names)
         values = []
@@ -143,10 +142,9 @@ class _AvroParquetFormat(StreamFormat):
     def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
         if poison is None:
             poison = ErrorPolicy.fail().handler("format avro_parquet")
-        try:
-            table = pq.read_table(io.BytesIO(data))
-        except (pa.ArrowException, OSError) as exc:
-            return [poison(data, name, f"not a readable Parquet file: {exc}")]
+        table, bad = read_parquet(data, name, poison)
+        if table is None:
+            return bad
         fields, values = self.schema._parsed["fields"], []
         for field in fields:
             if field["name"] in table.column_names:
