@@ -335,7 +335,7 @@ class FileSink(Sink):
             return self
 
         def enable_compact(self, strategy: FileCompactStrategy, compactor: FileCompactor):
-            if compactor is not None and getattr(compactor, "joins", False):
+            if isinstance(compactor, FileCompactor) and compactor.joins:
                 raise TypeError("concat_file_compactor joins files byte by byte, which breaks a bulk format's files "
                                 "(Parquet, ORC, Avro): use FileCompactor.identical_file_compactor(), or no compaction")
             return super().enable_compact(strategy, compactor)
