@@ -295,6 +295,26 @@ def test_file_sink_job_publishes_to_s3(env, s3):
     assert Storage(base).list(".staging") == []
 
 
+def test_compacting_file_sink_on_s3(env, s3):
+    """Compaction on an object store (renames are copies and deletes): the part files end up joined,
+    nothing is left staged or waiting, and every record is in the compacted files once."""
+    from keyspan.datastream.connectors.file_system import FileCompactor, FileCompactStrategy
+
+    base = f"s3://{s3.bucket}/{_prefix()}/out"
+    env.set_max_records_per_epoch(10)
+    sink = FileSink.for_row_format(base, Encoder.simple_string_encoder()).with_storage_options(s3.options) \
+        .enable_compact(FileCompactStrategy.builder().enable_compaction_on_checkpoint(2).build(),
+                        FileCompactor.concat_file_compactor()).build()
+    env.from_collection([f"line {i}" for i in range(50)]).sink_to(sink)
+    env.execute("s3-compacting-sink")
+    storage = Storage(base, s3.options)
+    visible = [f for f in storage.files_under() if not f.startswith(".")]
+    assert visible and all(f.startswith("compacted-part-") for f in visible), visible
+    assert storage.list(".staging") == [] and storage.list(".compaction") == ["state.json"]
+    lines = [line for f in visible for line in storage.read(f).decode().splitlines()]
+    assert sorted(lines) == sorted(f"line {i}" for i in range(50))
+
+
 def test_file_sink_two_phases_and_republish_after_crash_on_s3(s3):
     p = _prefix()
     sink = FileSink.for_row_format(f"s3://{s3.bucket}/{p}", Encoder.simple_string_encoder()).build()
