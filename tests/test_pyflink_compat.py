@@ -366,3 +366,26 @@ def test_type_information_classes_are_those_types_builds():
                        (ObjectArrayTypeInfo, Types.OBJECT_ARRAY)]:
         array = build(Types.INT())
         assert type(array) is cls and isinstance(array, ListTypeInfo) and array.element_type == Types.INT()
+
+
+def test_methods_take_pyflink_s_keyword_argument_names():
+    """A PyFlink job may pass arguments by name: keyspan's methods take PyFlink's parameter names."""
+    from keyspan.common import Time, Types
+    from keyspan.common.serialization import Encoder
+    from keyspan.datastream import CheckpointConfig, EmbeddedRocksDBStateBackend, SlotSharingGroup
+    from keyspan.datastream.connectors import RollingPolicy, StreamingFileSink
+
+    assert Types.MAP(key_type_info=Types.STRING(), value_type_info=Types.LONG()) == Types.MAP(Types.STRING(), Types.LONG())
+    assert Types.LIST(element_type_info=Types.INT()) == Types.LIST(Types.INT())
+    assert Time.milliseconds(milliseconds=250).to_milliseconds() == 250
+    config = CheckpointConfig().set_tolerable_checkpoint_failure_number(tolerable_checkpoint_failure_number=3)
+    assert config.get_tolerable_checkpoint_failure_number() == 3
+    group = SlotSharingGroup.builder("g").set_task_heap_memory_mb(task_heap_memory_mb=64) \
+        .set_task_off_heap_memory_mb(task_off_heap_memory_mb=32).set_cpu_cores(1.0).build()
+    assert group.get_task_heap_memory().get_mebi_bytes() == 64
+    backend = EmbeddedRocksDBStateBackend()
+    backend.set_number_of_transfer_threads(number_of_transfering_threads=4)
+    assert backend.get_number_of_transfer_threads() == 4
+    sink = StreamingFileSink.for_row_format("/tmp/unused", Encoder.simple_string_encoder()) \
+        .with_rolling_policy(policy=RollingPolicy.on_checkpoint_rolling_policy()).build()
+    assert type(sink.rolling_policy).__name__ == "OnCheckpointRollingPolicy"

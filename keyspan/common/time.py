@@ -51,8 +51,8 @@ class Duration:
 
 class Time(Duration):
     @staticmethod
-    def milliseconds(millis: int) -> "Time":
-        return Time(millis)
+    def milliseconds(milliseconds: int) -> "Time":
+        return Time(milliseconds)
 
     @staticmethod
     def seconds(seconds: int) -> "Time":

@@ -276,12 +276,12 @@ class Types:
         return ObjectArrayTypeInfo(element_type)
 
     @staticmethod
-    def LIST(element_type):
-        return ListTypeInfo(element_type)
+    def LIST(element_type_info):
+        return ListTypeInfo(element_type_info)
 
     @staticmethod
-    def MAP(key_type, value_type):
-        return MapTypeInfo(key_type, value_type)
+    def MAP(key_type_info, value_type_info):
+        return MapTypeInfo(key_type_info, value_type_info)
 
     @staticmethod
     def ROW(field_types):

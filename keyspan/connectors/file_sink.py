@@ -409,10 +409,12 @@ class StreamingFileSink(FileSink):
         return StreamingFileSink.DefaultBulkFormatBuilder(base_path, writer_factory)
 
     class DefaultRowFormatBuilder(FileSink.RowFormatBuilder):
-        pass
+        def with_rolling_policy(self, policy: RollingPolicy):
+            return super().with_rolling_policy(policy)
 
     class DefaultBulkFormatBuilder(FileSink.BulkFormatBuilder):
-        pass
+        def with_rolling_policy(self, policy: RollingPolicy):
+            return super().with_rolling_policy(policy)
 
 
 class FileSinkWriter:

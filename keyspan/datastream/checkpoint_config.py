@@ -167,8 +167,8 @@ class CheckpointConfig:
     def get_checkpoint_storage_options(self) -> dict:
         return dict(self.storage_options)
 
-    def set_tolerable_checkpoint_failure_number(self, number: int) -> "CheckpointConfig":
-        self.tolerable_failures = int(number)
+    def set_tolerable_checkpoint_failure_number(self, tolerable_checkpoint_failure_number: int) -> "CheckpointConfig":
+        self.tolerable_failures = int(tolerable_checkpoint_failure_number)
         return self
 
     def get_tolerable_checkpoint_failure_number(self) -> int:

@@ -86,14 +86,14 @@ class SlotSharingGroup:
         def set_task_heap_memory(self, task_heap_memory: MemorySize):
             return self._set("task_heap_memory", task_heap_memory)
 
-        def set_task_heap_memory_mb(self, task_heap_mb: int):
-            return self._set("task_heap_memory", MemorySize.of_mebi_bytes(task_heap_mb))
+        def set_task_heap_memory_mb(self, task_heap_memory_mb: int):
+            return self._set("task_heap_memory", MemorySize.of_mebi_bytes(task_heap_memory_mb))
 
         def set_task_off_heap_memory(self, task_off_heap_memory: MemorySize):
             return self._set("task_off_heap_memory", task_off_heap_memory)
 
-        def set_task_off_heap_memory_mb(self, task_off_heap_mb: int):
-            return self._set("task_off_heap_memory", MemorySize.of_mebi_bytes(task_off_heap_mb))
+        def set_task_off_heap_memory_mb(self, task_off_heap_memory_mb: int):
+            return self._set("task_off_heap_memory", MemorySize.of_mebi_bytes(task_off_heap_memory_mb))
 
         def set_managed_memory(self, managed_memory: MemorySize):
             return self._set("managed_memory", managed_memory)

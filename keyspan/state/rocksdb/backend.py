@@ -565,8 +565,8 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
     def get_db_storage_paths(self) -> list[str]:
         return list(self._db_storage_paths or [])
 
-    def set_number_of_transfer_threads(self, number_of_transfer_threads: int) -> None:
-        self._transfer_threads = int(number_of_transfer_threads)
+    def set_number_of_transfer_threads(self, number_of_transfering_threads: int) -> None:  # PyFlink's spelling
+        self._transfer_threads = int(number_of_transfering_threads)
 
     def get_number_of_transfer_threads(self) -> int:
         return self._transfer_threads
