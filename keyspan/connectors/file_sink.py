@@ -262,7 +262,7 @@ class FileSink(Sink):
     def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> "FileSink.BulkFormatBuilder":
         return FileSink.BulkFormatBuilder(base_path, writer_factory)
 
-    class _Builder:
+    class BaseBuilder:
         def __init__(self, base_path: str):
             self._base_path = base_path
             self._config = OutputFileConfig()
@@ -304,7 +304,7 @@ class FileSink(Sink):
             self._compaction = None
             return self
 
-    class RowFormatBuilder(_Builder):
+    class RowFormatBuilder(BaseBuilder):
         def __init__(self, base_path: str, encoder: Encoder):
             super().__init__(base_path)
             self._encoder = encoder
@@ -319,7 +319,7 @@ class FileSink(Sink):
             return FileSink(self._base_path, self._encoder, self._config, self._storage_options, self._assigner,
                             self._policy, compaction=self._compaction)
 
-    class BulkFormatBuilder(_Builder):
+    class BulkFormatBuilder(BaseBuilder):
         def __init__(self, base_path: str, writer_factory: BulkWriterFactory):
             super().__init__(base_path)
             if not isinstance(writer_factory, BulkWriterFactory):
