@@ -108,8 +108,9 @@ class Compaction:
                                   "file": posixpath.join(COMPACTION, posixpath.basename(h["staged"]))}
                                  for h in fresh]
             self._save(state)
+        epoch_finals = {h["final"] for h in epoch_handles}
         for entry in state["waiting"]:
-            if self.storage.exists(entry["staged"]):
+            if entry["final"] in epoch_finals and self.storage.exists(entry["staged"]):
                 self.storage.rename(entry["staged"], entry["file"])
 
     def compact_due(self, epoch: int) -> None:
@@ -165,9 +166,10 @@ class Compaction:
             out.write(self.storage.read(name))
 
     def _load(self) -> dict:
-        if not self.storage.exists(STATE):
+        try:
+            return json.loads(self.storage.read(STATE))
+        except FileNotFoundError:
             return {"waiting": [], "plan": []}
-        return json.loads(self.storage.read(STATE))
 
     def _save(self, state: dict) -> None:
         self.storage.write(STATE, json.dumps(state, sort_keys=True).encode())

@@ -371,10 +371,10 @@ class FileSink(Sink):
         return self.compaction is not None
 
     def publish(self, handles: list[dict]) -> None:
-        storage = self.storage()
         if self.compaction is not None:
-            Compaction(storage, *self.compaction).add(handles)
+            self._compaction().add(handles)
             return
+        storage = self.storage()
         for h in handles:
             if storage.exists(h["staged"]):
                 storage.rename(h["staged"], h["final"])
@@ -384,11 +384,14 @@ class FileSink(Sink):
 
     def checkpoint_committed(self, epoch: int) -> None:
         if self.compaction is not None:
-            Compaction(self.storage(), *self.compaction).compact_due(epoch)
+            self._compaction().compact_due(epoch)
 
     def end_of_input(self) -> None:
         if self.compaction is not None:
-            Compaction(self.storage(), *self.compaction).compact_all()
+            self._compaction().compact_all()
+
+    def _compaction(self) -> Compaction:
+        return Compaction(self.storage(), *self.compaction)
 
     def discard(self, handles: list[dict]) -> None:
         storage = self.storage()

@@ -522,16 +522,14 @@ class JobRunner:
             pass
         if self.failure is not None and (not self.control.stopped or self._commit_error is not None):
             self._fail(self.failure)  # a failed commit fails the job even when it was stopping
-        if bounded and not self.control.stopped and self._input_end_pending():
+        if bounded and not self.control.stopped:
             try:
-                self._end_of_input()
+                if self._input_end_pending():
+                    self._end_of_input()
+                if self.committed is not None:
+                    self.coordinator.end_of_input()  # output a compacting sink still holds back
             except Exception as exc:  # noqa: BLE001 — reported like any failed epoch
                 self._fail(self.failure or exc)
-        if bounded and not self.control.stopped and self.committed is not None:
-            try:
-                self.coordinator.end_of_input()
-            except Exception as exc:  # noqa: BLE001 — the output stays hidden; the next run compacts it
-                self._fail(exc)
         self._release()  # before the run shows as ended: whoever waits for that may start the job at once
         self.store.end_run(self.run_info["run_id"], status)
         _mark_run(self.run_info["run_id"], ended=True)
