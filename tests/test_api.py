@@ -277,6 +277,31 @@ def test_execute_and_collect_with_limit(env):
     assert set(results) <= {x * x for x in range(30)}
 
 
+def _positional(r):
+    return Row(r.name, r.amount * 10)
+
+
+def test_collect_returns_records_of_a_declared_type_as_pyflink_reads_them_back(env):
+    """PyFlink collects a stream of a declared type as Java objects and converts them back by that type
+    (``pyflink.datastream.utils.pickled_bytes_to_python_obj``): rows named by the type, tuples, floats
+    of single precision; a stream without a declared type comes back as the Python objects."""
+    env.set_parallelism(1)
+    named = Types.ROW_NAMED(["name", "amount"], [Types.STRING(), Types.INT()])
+    rows = env.from_collection([Row(name="ann", amount=3), Row(name="bob", amount=4)], type_info=named)
+    unnamed = list(rows.map(_positional, output_type=Types.ROW([Types.STRING(), Types.INT()])).execute_and_collect())
+    assert [repr(r) for r in unnamed] == ["Row(f0='ann', f1=30)", "Row(f0='bob', f1=40)"]
+    assert [(r.f0, r.f1) for r in unnamed] == [("ann", 30), ("bob", 40)]
+    # a named row is written by its type's field names, in the type's order
+    reordered = env.from_collection([("ann", 3)]).map(lambda t: Row(amount=t[1], name=t[0]), output_type=named)
+    assert [repr(r) for r in reordered.execute_and_collect(limit=5)] == ["Row(name='ann', amount=3)"]
+    tuples = env.from_collection([1, 2]).map(lambda v: (v, [v, v + 1]), output_type=Types.TUPLE(
+        [Types.INT(), Types.LIST(Types.INT())]))
+    assert list(tuples.execute_and_collect()) == [(1, [1, 2]), (2, [2, 3])]
+    floats = env.from_collection([0.1, 1 / 3, 1e10], type_info=Types.FLOAT()).execute_and_collect()
+    assert list(floats) == [0.1, 0.33333334, 1e10]
+    assert list(env.from_collection([[1, 2]]).map(lambda v: v).execute_and_collect()) == [[1, 2]]
+
+
 # --- failures -------------------------------------------------------------------------------------------
 
 class FailOn13(MapFunction):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from keyspan.common.java_text import text_of
+from keyspan.common.java_values import collected_value
 
 
 class DriverSink:
@@ -45,14 +46,20 @@ class PrintSink(DriverSink):
 
 
 class CollectSink(DriverSink):
+    """What ``execute_and_collect`` returns: each record of a stream of a declared type as PyFlink
+    reads it back from Java (``keyspan.common.java_values``), any other as it is."""
+
     name = "Collect Sink"
 
-    def __init__(self):
+    def __init__(self, type_info=None):
         self._results: list = []
+        self.type_info = type_info
 
     def deliver(self, records_by_subtask, parallelism):
+        t = self.type_info
         for subtask in sorted(records_by_subtask):
-            self._results.extend(records_by_subtask[subtask])
+            records = records_by_subtask[subtask]
+            self._results.extend(records if t is None else (collected_value(r, t) for r in records))
 
     def results(self) -> list:
         return list(self._results)

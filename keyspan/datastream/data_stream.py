@@ -325,7 +325,7 @@ class DataStream:
 
         from keyspan.connectors.driver_sinks import CollectSink, CloseableIterator
 
-        sink = CollectSink()
+        sink = CollectSink(self.get_type())
         self.sink_to(sink)
         name = job_execution_name or "collect"
         if limit is None:
