@@ -1,7 +1,8 @@
 """RuntimeExecutionMode: BATCH runs a bounded job as one epoch with the same results as STREAMING
 (event-time timers fire at the end of input); AUTOMATIC picks BATCH for bounded jobs; BATCH refuses
-an unbounded source. Expected outputs follow Flink's documented semantics: per-key running sums,
-and each key's event-time timer at its last timestamp + 1000 firing once the input ends."""
+an unbounded source; a keyed reduction emits only each key's final result in BATCH. Expected outputs
+follow Flink's documented semantics: per-key running sums, and each key's event-time timer at its
+last timestamp + 1000 firing once the input ends."""
 
 from __future__ import annotations
 
@@ -85,6 +86,40 @@ def test_batch_gives_streaming_results_in_one_epoch(workdir):
 def test_automatic_is_batch_for_bounded_sources(workdir):
     auto, result = _run(RuntimeExecutionMode.AUTOMATIC, "automatic")
     assert auto == _expected() and result.epochs == 1
+
+
+def _rolling(mode: RuntimeExecutionMode, name: str, vectorize: bool):
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_max_records_per_epoch(40)
+    env.set_runtime_mode(mode)
+    env.set_vectorized_aggregation(vectorize)
+    keyed = env.from_collection(RECORDS).key_by(lambda r: r[0])
+    out = {}
+    for kind, stream in [("sum", keyed.sum(1)), ("max_by", keyed.max_by(2)),
+                         ("reduce", keyed.reduce(lambda a, b: (a[0], a[1] * 2 + b[1], b[2])))]:
+        stream.add_sink(Collect(out.setdefault(kind, [])))
+    env.execute(name)
+    return {kind: sorted(records) for kind, records in out.items()}
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_a_keyed_reduction_emits_each_key_s_final_result_in_batch_mode(workdir, vectorize):
+    """Flink's BATCH mode runs ``KeyedStream.reduce``/``sum``/``max_by``... without rolling updates:
+    one record per key, its final result, once the input ends. STREAMING emits one per record, the
+    last of which per key is the same record."""
+    streaming = _rolling(RuntimeExecutionMode.STREAMING, f"rolling-streaming-{vectorize}", vectorize)
+    batch = _rolling(RuntimeExecutionMode.BATCH, f"rolling-batch-{vectorize}", vectorize)
+    keys = {key for key, _, _ in RECORDS}
+    for kind, records in streaming.items():
+        assert len(records) == len(RECORDS) and len(batch[kind]) == len(keys), kind
+    assert batch["sum"] == sorted((k, sum(v for key, v, _ in RECORDS if key == k), min(ts for key, _, ts in RECORDS if key == k))
+                                  for k in keys)
+    assert batch["max_by"] == sorted(max((r for r in RECORDS if r[0] == k), key=lambda r: r[2]) for k in keys)
+    expected_reduce = {}
+    for key, value, ts in RECORDS:
+        acc = expected_reduce.get(key)
+        expected_reduce[key] = (key, value, ts) if acc is None else (key, acc[1] * 2 + value, ts)
+    assert batch["reduce"] == sorted(expected_reduce.values())
 
 
 def test_batch_refuses_an_unbounded_source(workdir, spark, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Union
 
+from keyspan.common.clock import LONG_MAX
 from keyspan.common.types import Row
 from keyspan.datastream.aggregates import RollingAggregation
 from keyspan.datastream.functions import (
@@ -103,6 +104,26 @@ class _KeyedReduce(_FunctionAdapter):
         current = value if current is None else self._call(current, value)
         self._state.update(current)
         yield current
+
+    def in_batch_mode(self) -> "_FinalKeyedReduce":
+        return _FinalKeyedReduce(self._func)
+
+
+class _FinalKeyedReduce(_KeyedReduce):
+    """A keyed reduce (``sum``, ``min``, ``max_by``, ...) in BATCH mode: only each key's final result,
+    emitted at the end of input, as Flink's ``BatchGroupedReduceOperator`` does (a timer at the
+    largest timestamp, which fires when the input ends). Same state as the streaming form."""
+
+    def process_element(self, value, ctx):
+        current = self._state.value()
+        if current is None:
+            self._state.update(value)
+            ctx.timer_service().register_event_time_timer(LONG_MAX)
+        else:
+            self._state.update(self._call(current, value))
+
+    def on_timer(self, timestamp, ctx):
+        yield self._state.value()
 
 
 class DataStream:

@@ -150,8 +150,8 @@ class JobRunner:
             self.job_bytes = Storage(os.path.dirname(self.job_file)).read(os.path.basename(self.job_file))
         self.code_version = hashlib.sha256(self.job_bytes).hexdigest()[:16] if self.job_bytes is not None else None
         self.transformations = transformations
+        self.batch = _batch_mode(env, [t for t in transformations if t.kind == OperatorKind.SOURCE], self.job_id)
         self.plan = self._compile(self.parallelism)
-        self.batch = _batch_mode(env, self.plan, self.job_id)
         try:  # job.autoscaler.* and --autoscale: checked before anything starts; a batch job runs one epoch
             self.autoscale = autoscaler.options_for(env, options, self.job_id)
         except ValueError as exc:
@@ -393,7 +393,7 @@ class JobRunner:
     def _compile(self, parallelism: int) -> PhysicalPlan:
         return compile_graph(self.transformations, parallelism, self.max_parallelism,
                              chaining=self.env.is_chaining_enabled(),
-                             vectorize=self.env.is_vectorized_aggregation_enabled())
+                             vectorize=self.env.is_vectorized_aggregation_enabled(), batch=self.batch)
 
     # -- running ------------------------------------------------------------------------------
     def run(self) -> JobExecutionResult:
@@ -1062,14 +1062,14 @@ def _moved_key_groups(old_plan, new_plan) -> int:
     return moved
 
 
-def _batch_mode(env, plan, job_id: str) -> bool:
+def _batch_mode(env, sources: list, job_id: str) -> bool:
     """BATCH (or AUTOMATIC with only bounded sources): the whole input in one epoch."""
     from keyspan.datastream.execution_mode import RuntimeExecutionMode
 
     mode = env.get_runtime_mode()
-    bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
+    bounded = all(getattr(t.spec, "bounded", False) for t in sources)
     if mode == RuntimeExecutionMode.BATCH and not bounded:
-        unbounded = [t.name for t in plan.sources if not getattr(t.spec, "bounded", False)]
+        unbounded = [t.name for t in sources if not getattr(t.spec, "bounded", False)]
         raise JobExecutionError(f"job '{job_id}': BATCH execution mode needs bounded sources, but "
                                 f"{', '.join(unbounded)} is unbounded; use RuntimeExecutionMode.STREAMING "
                                 "(or AUTOMATIC), or make the source bounded")

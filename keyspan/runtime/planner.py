@@ -197,7 +197,7 @@ def key_columns(selector, names: list[str]) -> list[str] | None:
 
 
 def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int,
-                  chaining: bool = True, vectorize: bool = True) -> PhysicalPlan:
+                  chaining: bool = True, vectorize: bool = True, batch: bool = False) -> PhysicalPlan:
     if not transformations:
         raise ValueError("No operators defined in streaming topology. Cannot execute. (Each execute() runs what "
                          "was built since the previous one, as in PyFlink.)")
@@ -284,7 +284,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
         uid, generated = uids[t.id]
-        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=runtime_function(t.function, vectorize),
+        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=runtime_function(t.function, vectorize, batch),
                     origins=sorted(origins_of(t)))
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy

@@ -8,9 +8,12 @@ from keyspan.runtime.operators.window import WindowOperator
 __all__ = ["WindowOperator", "runtime_function"]
 
 
-def runtime_function(fn, vectorize: bool = True):
-    """The function the runtime runs for a transformation's ``fn``: an operator for a descriptor, the
-    columnar operator of a known aggregation when ``vectorize`` (docs/aggregations.md)."""
+def runtime_function(fn, vectorize: bool = True, batch: bool = False):
+    """The function the runtime runs for a transformation's ``fn``: its BATCH-mode form in a ``batch``
+    job (a keyed reduction's ``in_batch_mode``), an operator for a descriptor, the columnar operator of
+    a known aggregation when ``vectorize`` (docs/aggregations.md)."""
+    if batch and hasattr(fn, "in_batch_mode"):
+        return fn.in_batch_mode()
     fast = vectorized(fn) if vectorize else None
     if fast is not None:
         return fast
