@@ -67,7 +67,7 @@ class Explode(ProcessFunction):
             self.keyed_state = "refused" if "key_by" in str(exc) else str(exc)
 
     def process_element(self, value, ctx):
-        assert ctx.timestamp() is None
+        assert ctx.timestamp() == -2 ** 63  # PyFlink: Long.MIN_VALUE for a record without a timestamp
         for i in range(value % 3):
             yield "process", value, i, self.keyed_state
 

@@ -102,7 +102,7 @@ def test_co_process_function_gets_timestamps(env):
     right = env.from_collection(["r"])
     out = left.connect(right).process(CountPerSide()).execute_and_collect()
     assert sorted(out, key=repr) == sorted([("left", (i, i * 10), i * 10, True) for i in range(4)]
-                                           + [("right", "r", None, True)], key=repr)
+                                           + [("right", "r", -2 ** 63, True)], key=repr)
 
 
 UNMATCHED = OutputTag("unmatched")

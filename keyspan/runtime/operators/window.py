@@ -36,7 +36,6 @@ from keyspan.datastream.functions import (
 )
 from keyspan.datastream.window import (
     MAX_LONG_VALUE,
-    MIN_LONG_VALUE,
     CountTrigger,
     EventTimeTrigger,
     MergingWindowAssigner,
@@ -476,8 +475,6 @@ class WindowOperator(KeyedProcessFunction):
         self._timer_service = ctx.timer_service()
         self._key = ctx.get_current_key()
         timestamp = ctx.timestamp()
-        if timestamp is None:
-            timestamp = MIN_LONG_VALUE
         windows = self._assigner.assign_windows(value, timestamp, self._assigner_ctx)
         skipped = True
         tc = self._trigger_ctx
