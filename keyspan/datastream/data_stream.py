@@ -116,11 +116,8 @@ class _FinalKeyedReduce(_KeyedReduce):
 
     def process_element(self, value, ctx):
         current = self._state.value()
-        if current is None:
-            self._state.update(value)
-            ctx.timer_service().register_event_time_timer(LONG_MAX)
-        else:
-            self._state.update(self._call(current, value))
+        self._state.update(value if current is None else self._call(current, value))
+        ctx.timer_service().register_event_time_timer(LONG_MAX)  # once per key: timers de-duplicate
 
     def on_timer(self, timestamp, ctx):
         yield self._state.value()
