@@ -21,7 +21,7 @@ from keyspan.metrics import metricbase
 from keyspan.state import operator as operator_state
 
 
-def _record_timestamp(cell) -> int:
+def record_timestamp(cell) -> int:
     """The current record's timestamp; Long.MIN_VALUE for a record without one, as PyFlink's contexts
     (and its timestamp assigners' ``record_timestamp``) give it."""
     return LONG_MIN if cell[0] is None else cell[0]
@@ -117,7 +117,7 @@ class KeyedContext(KeyedProcessFunction.Context):
         return self._backend.current_key
 
     def timestamp(self):
-        return _record_timestamp(self._cell)
+        return record_timestamp(self._cell)
 
     def timer_service(self):
         return self._timers
@@ -148,7 +148,7 @@ class Context(ProcessFunction.Context):
         self._clock = clock
 
     def timestamp(self):
-        return _record_timestamp(self._cell)
+        return record_timestamp(self._cell)
 
     def timer_service(self):
         return self._clock
@@ -234,7 +234,7 @@ class _BroadcastContextBase:
         return self._states.get(state_descriptor, self._writable)
 
     def timestamp(self):
-        return _record_timestamp(self._cell)
+        return record_timestamp(self._cell)
 
     def current_processing_time(self) -> int:
         return wall_clock_ms()
