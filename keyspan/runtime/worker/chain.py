@@ -10,6 +10,7 @@ from functools import partial
 
 import pyarrow as pa
 
+from keyspan.common.clock import LONG_MIN
 from keyspan.common.types import rows_of_arrow
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
@@ -35,7 +36,6 @@ from keyspan.runtime.worker.contexts import (
     KeyedContext,
     OnTimerContext,
     TaskRuntimeContext,
-    record_timestamp,
 )
 from keyspan.runtime.worker.exits import BroadcastExit, CustomExit, KeyedExit, RebalanceExit, ShuffleExit, frozen
 
@@ -335,7 +335,7 @@ class OperatorChain:
             given = cell[0]  # put back once the record has gone on: the next record's timestamp is not this one's
             if extract is not None:
                 try:
-                    ts = extract(value, record_timestamp(cell))
+                    ts = extract(value, LONG_MIN if given is None else given)  # PyFlink's no-timestamp value
                 except Exception as exc:
                     raise user_error(op, subtask, exc, record=value) from exc
                 if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)):
