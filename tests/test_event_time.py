@@ -53,6 +53,26 @@ def test_a_source_record_reaches_its_timestamp_assigner_without_a_timestamp(env)
     assert sorted((value, ts) for value, ts, _ in out) == sorted((r, r[1]) for r in data)
 
 
+def test_a_timestamp_assigner_of_a_module_the_workers_cannot_import_ships_with_the_job(env, tmp_path, monkeypatch):
+    """A job's timestamp assigner may be the only class of its module in the job: the module ships
+    by value all the same (the workers cannot import it from the driver's path)."""
+    import importlib
+    import uuid
+
+    name = f"stamps_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "from keyspan.common.watermark_strategy import TimestampAssigner\n\n\n"
+        "class SecondField(TimestampAssigner):\n"
+        "    def extract_timestamp(self, value, record_timestamp):\n"
+        "        return value[1]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assigner = importlib.import_module(name).SecondField()
+    data = [("a", t) for t in (1000, 3000, 2500)]
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(assigner)
+    out = env.from_collection(data).assign_timestamps_and_watermarks(strategy).process(SeesTime()).execute_and_collect()
+    assert sorted((value, ts) for value, ts, _ in out) == sorted((r, r[1]) for r in data)
+
+
 class SecondFieldOfFirst(TimestampAssigner):
     def extract_timestamp(self, value, record_timestamp):
         return value[0][1]

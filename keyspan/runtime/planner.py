@@ -131,9 +131,10 @@ class PhysicalPlan:
         serde.ship_user_modules([plan.key_selector] + [e.key_selector for e in plan.exits]
                                 + [e.partitioner for e in plan.exits]
                                 + [f for o in plan.ops for f in _user_objects(o.function)])
-        for o in plan.ops:
-            if o.sink is not None:
-                serde.ship_user_modules_within(o.sink)
+        for o in plan.ops:  # a sink's bucket assigner, a strategy's timestamp assigner: user classes too
+            for held in (o.sink, o.watermark_strategy):
+                if held is not None:
+                    serde.ship_user_modules_within(held)
         data = serde.dumps_function(plan)
         return data, hashlib.sha256(data).hexdigest()
 
