@@ -188,7 +188,7 @@ class CollectionSource(KeyspanSource):
         self.type_info = type_info
         if isinstance(type_info, RowTypeInfo):
             names = type_info.get_field_names()
-            collection = [Row.from_values(names, r) if isinstance(r, (tuple, list)) else r for r in collection]
+            collection = [_row_of_type(r, names) if isinstance(r, (tuple, list)) else r for r in collection]
         self.collection = collection
 
     def fingerprint(self) -> str:
@@ -200,6 +200,23 @@ class CollectionSource(KeyspanSource):
         if not storage.exists(path):
             storage.write(path, data)
         return CollectionReader(storage, path, len(self.collection))
+
+
+def _row_of_type(record, names: list) -> Row:
+    """A collection's record as a row of its declared type: a named row by the type's names (as
+    PyFlink writes it), a tuple or list by position."""
+    fields = getattr(record, "_fields", None)
+    if fields is None or list(fields) == list(names):
+        row = Row.from_values(names, record)
+    else:
+        missing = [n for n in names if n not in fields]
+        if missing:
+            raise ValueError(f"from_collection: the record {record!r} has no field {missing[0]!r} of its declared type "
+                             f"(fields {names}); name its fields as the type does, or pass a tuple")
+        row = Row.from_values(names, record.get_fields_by_names(names))
+    if isinstance(record, Row) and record.get_row_kind() is not row.get_row_kind():
+        row.set_row_kind(record.get_row_kind())
+    return row
 
 
 class SparkSource:
