@@ -395,9 +395,11 @@ def _deleted(record):
     return Row.of_kind(RowKind.DELETE, record[0], record[1] * 2)
 
 
-def test_print_shows_a_declared_type_as_flink_s_java_sink_and_any_other_as_python_s_str(env, capsys):
-    """PyFlink prints a stream of a declared type through Flink's Java sink (the Java object's
-    ``toString``) and any other stream as ``str`` of the Python record."""
+def test_print_shows_rows_as_pyflink_s_python_text_other_declared_types_as_java_and_the_rest_as_str(env, capsys):
+    """PyFlink prints a stream of rows in Python (``+I[ann,3,True]``: each field's ``str`` as a Python
+    function receives it), a stream of another declared type through Flink's Java sink (the Java
+    object's ``toString``) and any other stream as ``str`` of the Python record. Every expected line
+    is what PyFlink 2.3 printed for the same job."""
     env.set_parallelism(1)
     row = Types.ROW([Types.STRING(), Types.INT(), Types.BOOLEAN(), Types.DOUBLE(), Types.STRING()])
     env.from_collection([Row("ann", 3, True, 1.5, None)], type_info=row).print()
@@ -408,10 +410,30 @@ def test_print_shows_a_declared_type_as_flink_s_java_sink_and_any_other_as_pytho
     env.from_collection([Row(1, "a"), ("x", True)]).print()
     env.from_collection([Row(datetime.datetime(2024, 1, 2, 3, 4, 5), datetime.time(6, 7, 8), Instant(0, 120_000_000))],
                         type_info=Types.ROW([Types.SQL_TIMESTAMP(), Types.SQL_TIME(), Types.INSTANT()])).print()
+    nested = Types.ROW_NAMED(["f", "d", "r", "l", "m", "dt"], [
+        Types.FLOAT(), Types.DOUBLE(), Types.ROW_NAMED(["x", "y"], [Types.INT(), Types.STRING()]),
+        Types.LIST(Types.INT()), Types.MAP(Types.STRING(), Types.DOUBLE()), Types.SQL_DATE()])
+    env.from_collection([Row(1 / 3, 1e20, Row(x=1, y="q"), [1, 2], {"k": 1.5}, datetime.date(2020, 1, 2))],
+                        type_info=nested).print()
+    env.from_collection([(1, Row(2, 3))], type_info=Types.TUPLE([Types.INT(), Types.ROW([Types.INT(), Types.INT()])])) \
+        .print()
     env.execute("print-types")
     assert sorted(capsys.readouterr().out.splitlines()) == sorted([
-        "+I[ann, 3, true, 1.5, null]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5", "3.0",
-        "-D[bob, 8]", "<Row(1, 'a')>", "('x', True)", "+I[2024-01-02 03:04:05.0, 06:07:08, 1970-01-01T00:00:00.120Z]"])
+        "+I[ann,3,True,1.5,None]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5", "3.0",
+        "-D[bob,8]", "<Row(1, 'a')>", "('x', True)", "+I[2024-01-02 03:04:05,06:07:08,Instant<0, 120000000>]",
+        "+I[0.3333333432674408,1e+20,Row(x=1, y='q'),[1, 2],{'k': 1.5},2020-01-02]", "(1,+I[2, 3])"])
+
+
+def test_a_collection_s_named_rows_take_their_declared_type_s_fields_by_name(env):
+    """PyFlink writes a named row by its type's field names, whatever the row's own order."""
+    named = Types.ROW_NAMED(["b", "a"], [Types.STRING(), Types.INT()])
+    deleted = Row.of_kind(RowKind.DELETE, a=2, b="y")
+    got = env.from_collection([Row(a=1, b="z"), deleted, ("x", 3)], type_info=named) \
+        .map(lambda r: (repr(r), str(r.get_row_kind()))).execute_and_collect()
+    assert sorted(got) == [("Row(b='x', a=3)", "+I"), ("Row(b='y', a=2)", "-D"), ("Row(b='z', a=1)", "+I")]
+    with pytest.raises(ValueError, match=r"no field 'a' of its declared type"):
+        env.from_collection([Row(c=1, b="z")], type_info=named)
+
 
 class StoresAFunction(KeyedProcessFunction):
     def open(self, runtime_context):

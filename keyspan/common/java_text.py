@@ -1,9 +1,10 @@
 """A record as the Java object Flink converts it to prints itself (``toString``).
 
 PyFlink hands a stream of a declared type (``output_type=``, ``type_info=``) to Java sinks as Java
-objects, so ``print()`` and a ``FileSink`` with ``Encoder.simple_string_encoder()`` write a row as
-``+I[ann, 3]``, a tuple as ``(ann,3)``, a boolean as ``true``; a stream without a declared type
-reaches them as Python's ``str`` of the record."""
+objects, so a ``FileSink`` with ``Encoder.simple_string_encoder()`` writes a row as ``+I[ann, 3]``,
+and it and ``print()`` write a tuple as ``(ann,3)``, a boolean as ``true``; a stream without a
+declared type reaches them as Python's ``str`` of the record. (``print()`` turns rows into text in
+Python: ``keyspan.common.java_values.printed_row``.)"""
 
 from __future__ import annotations
 

@@ -1,14 +1,19 @@
-"""A record as PyFlink reads it back from Java (``execute_and_collect``).
+"""A record as PyFlink reads it back from Java (``execute_and_collect``, and ``print()`` of rows).
 
 PyFlink collects a stream of a declared type (``output_type=``, ``type_info=``) as Java objects and
 converts each back by that type (``pyflink.datastream.utils.pickled_bytes_to_python_obj``): a row
 comes back named by its type (``Row(f0=..., f1=...)`` for ``Types.ROW``), a tuple as a tuple, a
 ``FLOAT`` with single precision, arrays as lists. A stream without a declared type comes back as the
-Python object itself."""
+Python object itself.
+
+PyFlink's ``print()`` turns a stream of rows into text in Python, from the values its Python
+functions receive: the same, except that a ``FLOAT`` is the full double of the single-precision
+number."""
 
 from __future__ import annotations
 
 import math
+import struct
 
 from keyspan.common.java_text import java_float
 from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo
@@ -21,33 +26,57 @@ def collected_value(value, t):
     if t is None or value is None:
         return value
     try:
-        return _converted(value, t)
+        return _converted(value, t, _float_as_collected)
     except (TypeError, ValueError):
         return value
 
 
-def _converted(value, t):
+def printed_row(row, t: RowTypeInfo) -> str:
+    """A record of a stream of rows as PyFlink's ``print()`` writes it (``+I[ann,3,True,None]``);
+    a record that is not a row of ``t``'s shape is written as Python's ``str``."""
+    try:
+        row = _converted(row, t, _float_as_received)
+    except (TypeError, ValueError):
+        return str(row)
+    return f"{row.get_row_kind()}[{','.join(map(str, row))}]"
+
+
+def _float_as_collected(value: float) -> float:
+    """PyFlink reads Java's ``Float.toString`` back."""
+    return float(java_float(value, single=True)) if math.isfinite(value) else value
+
+
+def _float_as_received(value: float) -> float:
+    """A Python function gets the single-precision number, widened."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond a float's range, as Java's cast gives
+        return math.copysign(math.inf, value)
+
+
+def _converted(value, t, single):
     if isinstance(t, RowTypeInfo):
         fields = getattr(value, "_fields", None)
         if fields is not None and list(fields) != t.field_names:  # PyFlink writes a named row by the type's names
             value = [value[fields.index(name)] for name in t.field_names]
         elif len(value) != len(t.field_types):
             raise ValueError("a row of another arity")
-        row = Row.from_values(t.field_names, map(_converted_or_none, value, t.field_types))
+        row = Row.from_values(t.field_names, [_converted_or_none(v, ft, single) for v, ft in zip(value, t.field_types)])
         kind = getattr(value, "_row_kind", None)
         if kind is not None and kind is not Row._row_kind:
             row.set_row_kind(kind)
         return row
     if isinstance(t, TupleTypeInfo):
-        return tuple(map(_converted_or_none, value, t.field_types))
+        return tuple(_converted_or_none(v, ft, single) for v, ft in zip(value, t.field_types, strict=True))
     if isinstance(t, ListTypeInfo):
-        return [_converted_or_none(v, t.element_type) for v in value]
+        return [_converted_or_none(v, t.element_type, single) for v in value]
     if isinstance(t, MapTypeInfo):
-        return {_converted_or_none(k, t.key_type): _converted_or_none(v, t.value_type) for k, v in value.items()}
-    if getattr(t, "name", None) == "FLOAT" and isinstance(value, float) and math.isfinite(value):
-        return float(java_float(value, single=True))  # PyFlink reads Java's Float.toString back
+        return {_converted_or_none(k, t.key_type, single): _converted_or_none(v, t.value_type, single)
+                for k, v in value.items()}
+    if getattr(t, "name", None) == "FLOAT" and isinstance(value, float):
+        return single(value)
     return value
 
 
-def _converted_or_none(value, t):
-    return None if value is None else _converted(value, t)
+def _converted_or_none(value, t, single):
+    return None if value is None else _converted(value, t, single)

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from keyspan.common.java_text import text_of
-from keyspan.common.java_values import collected_value
+from keyspan.common.java_values import collected_value, printed_row
+from keyspan.common.typeinfo import RowTypeInfo
 
 
 class DriverSink:
@@ -18,9 +20,10 @@ class DriverSink:
 
 
 class PrintSink(DriverSink):
-    """Each record as PyFlink prints it: a stream of a declared type (``output_type``, ``type_info``)
-    as Flink's Java sink shows the Java object (``+I[ann, 3]`` for a row, ``(ann,3)`` for a tuple,
-    ``true`` for a boolean, ``null`` for None), any other stream as Python's ``str`` of the record."""
+    """Each record as PyFlink prints it: a stream of rows as PyFlink's Python text of each row
+    (``+I[ann,3,True,None]``), a stream of another declared type (``output_type``, ``type_info``) as
+    Flink's Java sink shows the Java object (``(ann,3)`` for a tuple, ``true`` for a boolean), any
+    other stream as Python's ``str`` of the record."""
 
     name = "Print to Std. Out"
 
@@ -33,7 +36,8 @@ class PrintSink(DriverSink):
 
     def deliver(self, records_by_subtask, parallelism):
         out = sys.stdout
-        text = text_of(self.type_info)
+        t = self.type_info
+        text = partial(printed_row, t=t) if isinstance(t, RowTypeInfo) else text_of(t)
         for subtask in sorted(records_by_subtask):
             prefix = ""
             if self.sink_identifier:
