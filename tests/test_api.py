@@ -111,6 +111,37 @@ def test_operators_check_their_arguments(env):
         ds.set_parallelism(0)
 
 
+class Subtasks(MapFunction):
+    def open(self, runtime_context):
+        self.subtasks = runtime_context.get_number_of_parallel_subtasks()
+
+    def map(self, value):
+        return self.subtasks
+
+
+def test_parallelism_default_goes_back_to_the_default_and_unknown_changes_nothing(env):
+    """Flink's ``ExecutionConfig.PARALLELISM_DEFAULT`` (-1) on the environment resets it (PyFlink then
+    reads back -1) and on an operator runs it at the job's parallelism; ``PARALLELISM_UNKNOWN`` is
+    ignored, anything else below 1 refused."""
+    from keyspan.common import ExecutionConfig
+
+    env.set_parallelism(3)
+    env.set_parallelism(ExecutionConfig.PARALLELISM_UNKNOWN)
+    assert env.get_parallelism() == 3
+    env.get_config().set_parallelism(ExecutionConfig.PARALLELISM_DEFAULT)
+    assert env.get_parallelism() == -1 and env.get_config().get_parallelism() == -1
+    assert env.get_default_local_parallelism() == 1
+    with pytest.raises(ValueError, match="PARALLELISM_DEFAULT"):
+        env.set_parallelism(0)
+    env.set_parallelism(2)
+    numbers = env.from_collection([1, 2, 3, 4])
+    own = numbers.map(Subtasks()).set_parallelism(1)
+    job_s = own.map(Subtasks()).set_parallelism(ExecutionConfig.PARALLELISM_DEFAULT)
+    with pytest.raises(ValueError, match="PARALLELISM_DEFAULT"):
+        job_s.set_parallelism(-2)
+    assert sorted(job_s.execute_and_collect()) == [2, 2, 2, 2]
+
+
 def test_job_without_a_sink_raises_value_error(env):
     env.from_collection([1, 2, 3]).map(lambda x: x + 1)
     with pytest.raises(ValueError, match="no sink"):

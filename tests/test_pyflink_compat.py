@@ -282,6 +282,10 @@ def test_checkpoint_storage_and_slot_sharing_group_read_back_what_they_were_give
     files = FileSystemCheckpointStorage("file:///tmp/ks-checkpoints", 1024)
     assert (files.get_min_file_size_threshold(), files.get_write_buffer_size()) == (1024, 4096)
     assert FileSystemCheckpointStorage("file:///tmp/x").get_min_file_size_threshold() == 20 * 1024
+    limit = FileSystemCheckpointStorage.MAX_FILE_STATE_THRESHOLD
+    assert FileSystemCheckpointStorage("file:///tmp/x", limit).get_min_file_size_threshold() == limit == 1 << 20
+    with pytest.raises(ValueError, match="maximal file state size threshold is 1048576"):
+        FileSystemCheckpointStorage("file:///tmp/x", limit + 1)
     config = CheckpointConfig()
     assert config.set_checkpoint_storage(files).get_checkpoint_storage() is files
     assert config.get_checkpoint_storage_dir() == "file:///tmp/ks-checkpoints"

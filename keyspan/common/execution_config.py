@@ -11,6 +11,9 @@ from __future__ import annotations
 
 
 class ExecutionConfig:
+    PARALLELISM_DEFAULT = -1  # use the default parallelism (``parallelism.default``, else 1)
+    PARALLELISM_UNKNOWN = -2  # not a parallelism: setting it changes nothing
+
     def __init__(self, environment):
         self._environment = environment  # the StreamExecutionEnvironment these settings belong to
         self._auto_watermark_interval = 200

@@ -37,10 +37,15 @@ class FileSystemCheckpointStorage(CheckpointStorage):
     """Checkpoint files under ``checkpoint_path``. Flink's small-state threshold and write buffer size
     are kept and read back (Flink's defaults when not given); keyspan writes every state to files."""
 
+    MAX_FILE_STATE_THRESHOLD = 1024 * 1024  # Flink's bound on the small-state threshold (1 MiB)
+
     def __init__(self, checkpoint_path: str, file_state_size_threshold: int | None = None,
                  write_buffer_size: int = -1):
         if checkpoint_path is None:
             raise ValueError("checkpoint_path must not be None")
+        if file_state_size_threshold is not None and file_state_size_threshold > self.MAX_FILE_STATE_THRESHOLD:
+            raise ValueError(f"The maximal file state size threshold is {self.MAX_FILE_STATE_THRESHOLD}, "
+                             f"got {file_state_size_threshold}")
         super().__init__(checkpoint_path)
         self.file_state_size_threshold = file_state_size_threshold
         self.write_buffer_size = write_buffer_size

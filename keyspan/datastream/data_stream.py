@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Union
 
 from keyspan.common.clock import LONG_MAX
+from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.types import Row
 from keyspan.datastream.aggregates import RollingAggregation
 from keyspan.datastream.functions import (
@@ -143,9 +144,7 @@ class DataStream:
         return self
 
     def set_parallelism(self, parallelism: int) -> "DataStream":
-        if parallelism < 1:
-            raise ValueError(f"parallelism must be at least 1, got {parallelism}")
-        self._t.parallelism = parallelism
+        self._t.parallelism = _operator_parallelism(parallelism)
         return self
 
     def get_type(self):
@@ -616,7 +615,7 @@ class DataStreamSink:
         return self
 
     def set_parallelism(self, parallelism: int) -> "DataStreamSink":
-        self._t.parallelism = parallelism
+        self._t.parallelism = _operator_parallelism(parallelism)
         return self
 
     def set_uid_hash(self, uid_hash: str) -> "DataStreamSink":
@@ -635,6 +634,16 @@ class DataStreamSink:
     def slot_sharing_group(self, slot_sharing_group) -> "DataStreamSink":
         """Accepted: Spark places tasks; there are no slots to share."""
         return self
+
+
+def _operator_parallelism(parallelism: int) -> int | None:
+    """An operator's own parallelism; None (``PARALLELISM_DEFAULT``) runs it at the job's."""
+    if parallelism == ExecutionConfig.PARALLELISM_DEFAULT:
+        return None
+    if parallelism < 1:
+        raise ValueError(f"The parallelism of an operator must be at least 1, or ExecutionConfig.PARALLELISM_DEFAULT "
+                         f"(use system default), got {parallelism}")
+    return parallelism
 
 
 def __getattr__(name: str):

@@ -76,8 +76,13 @@ class StreamExecutionEnvironment:
 
     # configuration ------------------------------------------------------------------------
     def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
-        if parallelism < 1:
-            raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+        """As Flink's: ``ExecutionConfig.PARALLELISM_DEFAULT`` (-1) goes back to the default (1),
+        ``PARALLELISM_UNKNOWN`` (-2) changes nothing."""
+        if parallelism == ExecutionConfig.PARALLELISM_UNKNOWN:
+            return self
+        if parallelism < 1 and parallelism != ExecutionConfig.PARALLELISM_DEFAULT:
+            raise ValueError(f"Parallelism must be at least one, or ExecutionConfig.PARALLELISM_DEFAULT "
+                             f"(use system default), got {parallelism}")
         self._parallelism = int(parallelism)
         return self
 
@@ -125,7 +130,8 @@ class StreamExecutionEnvironment:
         return self.set_parallelism(parallelism)
 
     def get_default_local_parallelism(self) -> int:
-        return self._parallelism
+        """The parallelism operators without their own run at."""
+        return 1 if self._parallelism == ExecutionConfig.PARALLELISM_DEFAULT else self._parallelism
 
     def is_chaining_of_operators_with_different_max_parallelism_enabled(self) -> bool:
         return True  # every operator is keyed with the job's max parallelism
@@ -407,7 +413,7 @@ class StreamExecutionEnvironment:
         parallelism and ``predecessors`` with ship_strategy)."""
         from keyspan.datastream.transformation import execution_plan
 
-        return execution_plan(self._transformations, self._parallelism)
+        return execution_plan(self._transformations, self.get_default_local_parallelism())
 
     def close(self) -> None:
         """Nothing to release: the SparkSession outlives the environment."""

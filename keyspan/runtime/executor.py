@@ -136,7 +136,7 @@ class JobRunner:
         self.job_name = job_name
         self.options = options
         self.job_id = job_id_for(job_name)
-        self.parallelism = options.parallelism or env.get_parallelism()  # the CLI's -p overrides the job's
+        self.parallelism = options.parallelism or env.get_default_local_parallelism()  # the CLI's -p overrides the job's
         self.max_parallelism = env.get_max_parallelism()
         check_parallelism(self.parallelism, self.max_parallelism)
         self.checkpoint_config = env.get_checkpoint_config()
