@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 class ExecutionConfig:
-    PARALLELISM_DEFAULT = -1  # use the default parallelism (``parallelism.default``, else 1)
+    PARALLELISM_DEFAULT = -1  # use the default parallelism (keyspan's is 1)
     PARALLELISM_UNKNOWN = -2  # not a parallelism: setting it changes nothing
 
     def __init__(self, environment):
