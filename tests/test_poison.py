@@ -142,6 +142,20 @@ def test_unhashable_key_is_reported_and_skip_policy_drops_it(env):
     assert finals == {"a": 5, "b": 3}
 
 
+def test_a_guarded_key_selector_of_a_module_the_workers_cannot_import_ships_with_the_job(env, tmp_path, monkeypatch):
+    """The function inside ``ErrorPolicy.skip().key_selector(fn)`` may be the only code of its module
+    in the job: the module ships by value all the same (the workers cannot import it)."""
+    import importlib
+    import uuid
+
+    name = f"keys_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("def first(value):\n    return value[0]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = importlib.import_module(name).first
+    keyed = env.from_collection([("a", 1), ("b", 2), ("a", 3)]).key_by(ErrorPolicy.skip().key_selector(first))
+    assert sorted(keyed.reduce(lambda x, y: (x[0], x[1] + y[1])).execute_and_collect()) == [("a", 1), ("a", 4), ("b", 2)]
+
+
 def test_unhashable_key_fails_by_default(env):
     env.from_collection([("a", 1), ({"x": 1}, 2)]).key_by(lambda r: r[0]).reduce(lambda x, y: x).print()
     with pytest.raises(JobExecutionError) as info:

@@ -128,13 +128,14 @@ class PhysicalPlan:
 
     def digest(self, stage_id: int) -> tuple[bytes, str]:
         plan = self.stages[stage_id].plan
-        serde.ship_user_modules([plan.key_selector] + [e.key_selector for e in plan.exits]
-                                + [e.partitioner for e in plan.exits]
-                                + [f for o in plan.ops for f in _user_objects(o.function)])
-        for o in plan.ops:  # a sink's bucket assigner, a strategy's timestamp assigner: user classes too
-            for held in (o.sink, o.watermark_strategy):
-                if held is not None:
-                    serde.ship_user_modules_within(held)
+        serde.ship_user_modules([f for o in plan.ops for f in _user_objects(o.function)])
+        # a guarded key selector's function, a sink's bucket assigner, a strategy's timestamp
+        # assigner: user code held by keyspan's objects ships too
+        held = ([plan.key_selector] + [e.key_selector for e in plan.exits] + [e.partitioner for e in plan.exits]
+                + [o.sink for o in plan.ops] + [o.watermark_strategy for o in plan.ops])
+        for obj in held:
+            if obj is not None:
+                serde.ship_user_modules_within(obj)
         data = serde.dumps_function(plan)
         return data, hashlib.sha256(data).hexdigest()
 
