@@ -331,6 +331,9 @@ def test_collect_returns_records_of_a_declared_type_as_pyflink_reads_them_back(e
     floats = env.from_collection([0.1, 1 / 3, 1e10], type_info=Types.FLOAT()).execute_and_collect()
     assert list(floats) == [0.1, 0.33333334, 1e10]
     assert list(env.from_collection([[1, 2]]).map(lambda v: v).execute_and_collect()) == [[1, 2]]
+    # Java's bytes are signed: PyFlink collects a byte array as a list of them
+    raw = env.from_collection([b"\x00\x01\xff"], type_info=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+    assert list(raw.execute_and_collect()) == [[0, 1, -1]]
 
 
 # --- failures -------------------------------------------------------------------------------------------
@@ -448,11 +451,14 @@ def test_print_shows_rows_as_pyflink_s_python_text_other_declared_types_as_java_
                         type_info=nested).print()
     env.from_collection([(1, Row(2, 3))], type_info=Types.TUPLE([Types.INT(), Types.ROW([Types.INT(), Types.INT()])])) \
         .print()
+    env.from_collection([Row(b"\x00\x01\xff", "x")],
+                        type_info=Types.ROW([Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.STRING()])).print()
     env.execute("print-types")
     assert sorted(capsys.readouterr().out.splitlines()) == sorted([
         "+I[ann,3,True,1.5,None]", "(ann,3)", "true", "false", "1.0E7", "1.0E-4", "2.5", "-1.25E-5", "3.0",
         "-D[bob,8]", "<Row(1, 'a')>", "('x', True)", "+I[2024-01-02 03:04:05,06:07:08,Instant<0, 120000000>]",
-        "+I[0.3333333432674408,1e+20,Row(x=1, y='q'),[1, 2],{'k': 1.5},2020-01-02]", "(1,+I[2, 3])"])
+        "+I[0.3333333432674408,1e+20,Row(x=1, y='q'),[1, 2],{'k': 1.5},2020-01-02]", "(1,+I[2, 3])",
+        "+I[b'\\x00\\x01\\xff',x]"])
 
 
 def test_a_collection_s_named_rows_take_their_declared_type_s_fields_by_name(env):

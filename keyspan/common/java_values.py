@@ -3,12 +3,12 @@
 PyFlink collects a stream of a declared type (``output_type=``, ``type_info=``) as Java objects and
 converts each back by that type (``pyflink.datastream.utils.pickled_bytes_to_python_obj``): a row
 comes back named by its type (``Row(f0=..., f1=...)`` for ``Types.ROW``), a tuple as a tuple, a
-``FLOAT`` with single precision, arrays as lists. A stream without a declared type comes back as the
-Python object itself.
+``FLOAT`` with single precision, arrays as lists (a ``PRIMITIVE_ARRAY(BYTE)``'s bytes as Java's
+signed bytes). A stream without a declared type comes back as the Python object itself.
 
 PyFlink's ``print()`` turns a stream of rows into text in Python, from the values its Python
 functions receive: the same, except that a ``FLOAT`` is the full double of the single-precision
-number."""
+number and bytes stay bytes."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def collected_value(value, t):
     if t is None or value is None:
         return value
     try:
-        return _converted(value, t, _float_as_collected)
+        return _converted(value, t, received=False)
     except (TypeError, ValueError):
         return value
 
@@ -35,7 +35,7 @@ def printed_row(row, t: RowTypeInfo) -> str:
     """A record of a stream of rows as PyFlink's ``print()`` writes it (``+I[ann,3,True,None]``);
     a record that is not a row of ``t``'s shape is written as Python's ``str``."""
     try:
-        row = _converted(row, t, _float_as_received)
+        row = _converted(row, t, received=True)
     except (TypeError, ValueError):
         return str(row)
     return f"{row.get_row_kind()}[{','.join(map(str, row))}]"
@@ -54,29 +54,32 @@ def _float_as_received(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
-def _converted(value, t, single):
+def _converted(value, t, received: bool):
+    """``value`` as PyFlink's Python functions receive it (``received``) or as it collects it."""
     if isinstance(t, RowTypeInfo):
         fields = getattr(value, "_fields", None)
         if fields is not None and list(fields) != t.field_names:  # PyFlink writes a named row by the type's names
             value = [value[fields.index(name)] for name in t.field_names]
         elif len(value) != len(t.field_types):
             raise ValueError("a row of another arity")
-        row = Row.from_values(t.field_names, [_converted_or_none(v, ft, single) for v, ft in zip(value, t.field_types)])
+        row = Row.from_values(t.field_names, [_converted_or_none(v, ft, received) for v, ft in zip(value, t.field_types)])
         kind = getattr(value, "_row_kind", None)
         if kind is not None and kind is not Row._row_kind:
             row.set_row_kind(kind)
         return row
     if isinstance(t, TupleTypeInfo):
-        return tuple(_converted_or_none(v, ft, single) for v, ft in zip(value, t.field_types, strict=True))
+        return tuple(_converted_or_none(v, ft, received) for v, ft in zip(value, t.field_types, strict=True))
+    if isinstance(value, (bytes, bytearray)) and isinstance(t, ListTypeInfo):
+        return value if received else [b - 256 if b > 127 else b for b in value]  # Java's bytes are signed
     if isinstance(t, ListTypeInfo):
-        return [_converted_or_none(v, t.element_type, single) for v in value]
+        return [_converted_or_none(v, t.element_type, received) for v in value]
     if isinstance(t, MapTypeInfo):
-        return {_converted_or_none(k, t.key_type, single): _converted_or_none(v, t.value_type, single)
+        return {_converted_or_none(k, t.key_type, received): _converted_or_none(v, t.value_type, received)
                 for k, v in value.items()}
     if getattr(t, "name", None) == "FLOAT" and isinstance(value, float):
-        return single(value)
+        return _float_as_received(value) if received else _float_as_collected(value)
     return value
 
 
-def _converted_or_none(value, t, single):
-    return None if value is None else _converted(value, t, single)
+def _converted_or_none(value, t, received):
+    return None if value is None else _converted(value, t, received)
