@@ -143,6 +143,7 @@ class Avg(AggregateFunction):
 def test_builder_defaults_and_getters_are_pyflinks():
     config = StateTtlConfig.new_builder(Time.seconds(7)).build()
     assert config.get_ttl() == Time.seconds(7) and config.get_ttl().to_milliseconds() == 7000
+    assert str(config.get_ttl()) == "7000 ms"  # PyFlink's Time prints so
     assert config.get_update_type() is StateTtlConfig.UpdateType.OnCreateAndWrite
     assert config.get_state_visibility() is StateTtlConfig.StateVisibility.NeverReturnExpired
     assert config.get_ttl_time_characteristic() is StateTtlConfig.TtlTimeCharacteristic.ProcessingTime

@@ -70,6 +70,9 @@ class Time(Duration):
     def days(days: int) -> "Time":
         return Time(days * 86_400_000)
 
+    def __str__(self):
+        return f"{self._millis} ms"  # as PyFlink's Time prints
+
 
 class Instant:
     """A point on the time line (PyFlink's ``Instant``, Java's ``java.time.Instant``): whole seconds
