@@ -176,7 +176,7 @@ def _row_type(type_info, who: str) -> RowTypeInfo:
     return type_info
 
 
-def _from_text(text: str, t: TypeInformation, name: str):
+def from_text(text: str, t: TypeInformation, name: str):
     """A value of type ``t`` read from text (CSV fields; JSON strings where a number is declared)."""
     kind = t.name
     try:
@@ -215,8 +215,8 @@ def csv_field(text: str, t: TypeInformation, name: str, null_literal: str, array
         if not text:
             return []
         parts = text.split(array_separator) if array_separator else [text]
-        return [None if e == null_literal else _from_text(e, t.element_type, name) for e in parts]
-    return _from_text(text, t, name)
+        return [None if e == null_literal else from_text(e, t.element_type, name) for e in parts]
+    return from_text(text, t, name)
 
 
 def _from_json(value, t: TypeInformation, name: str, fail_on_missing: bool):
@@ -242,7 +242,7 @@ def _from_json(value, t: TypeInformation, name: str, fail_on_missing: bool):
     if kind in _STRINGS:
         return value if isinstance(value, str) else json.dumps(value)
     if isinstance(value, str):
-        return _from_text(value, t, name)
+        return from_text(value, t, name)
     if kind == "BOOLEAN" and isinstance(value, bool):
         return value
     if kind in _INTS and isinstance(value, int) and not isinstance(value, bool):

@@ -10,7 +10,7 @@ import io
 
 from keyspan.common.java_text import java_float
 from keyspan.common.serialization import (
-    BulkWriterFactory, CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, csv_field,
+    BulkWriterFactory, CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, from_text,
 )
 from keyspan.common.typeinfo import ListTypeInfo, Types
 from keyspan.common.types import Row
@@ -71,7 +71,7 @@ class CsvSchemaBuilder:
 
     def __init__(self):
         self._columns: list[_Column] = []
-        self._options = {"column_separator": ",", "quote_char": '"', "escape_char": None, "null_value": "",
+        self._options = {"column_separator": ",", "quote_char": '"', "escape_char": None, "null_value": None,
                          "array_element_separator": ";", "line_separator": "\n", "allow_comments": False,
                          "use_header": False, "strict_headers": False, "skip_first_data_row": False}
 
@@ -241,8 +241,7 @@ class CsvReaderFormat(StreamFormat):
                 out.append(poison(lines[first_line - 1].encode(), f"{name} line {first_line}", f"malformed CSV: {exc}"))
                 continue
             first_line = line_at[1]
-            if not fields or fields == [""] and len(names) > 1:
-                continue  # a blank line
+            fields = fields or [""]  # a blank line is a row of one empty field, as Jackson reads it
             where = f"{name} line {first_line}"
             if header:
                 header = False
@@ -264,8 +263,23 @@ class CsvReaderFormat(StreamFormat):
                 out.append(poison(raw, where, str(exc)))
 
     def _value(self, text: str, column: _Column):
-        return csv_field(text, column.type_info, column.name, self.schema._options["null_value"],
-                         self.schema._separator_of(column))
+        """A field as Flink's CSV format reads it: the null value (when one is set, ``""`` included)
+        is None in any column; without one an empty number is an error and an empty string stays
+        empty. A boolean is whether the text is ``true`` (Java's ``Boolean.parseBoolean``). An array
+        is never None: an empty field is ``[]``, an element equal to the null value is None."""
+        null = self.schema._options["null_value"]
+        t = column.type_info
+        if isinstance(t, ListTypeInfo):
+            if not text:
+                return []
+            separator = self.schema._separator_of(column)
+            return [None if e == null else _csv_scalar(e, t.element_type, column.name)
+                    for e in (text.split(separator) if separator else [text])]
+        return None if text == null else _csv_scalar(text, t, column.name)
+
+
+def _csv_scalar(text: str, t, name: str):
+    return text.strip().lower() == "true" if t.name == "BOOLEAN" else from_text(text, t, name)
 
 
 class _CsvBulkWriterFactory(BulkWriterFactory):
@@ -293,7 +307,7 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
         return out.getvalue().encode("utf-8")
 
     def _text(self, value, column: _Column) -> str:
-        null = self.schema._options["null_value"]
+        null = self.schema._options["null_value"] or ""
         if value is None:
             return null
         t = column.type_info
