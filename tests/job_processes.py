@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import runpy
 import signal
 import sqlite3
 import subprocess
@@ -12,12 +13,32 @@ import sys
 import time
 from pathlib import Path
 
+from keyspan.runtime import options as run_options
+
 
 def start_job(job: Path, workdir: Path, env: dict | None = None, extra=()) -> subprocess.Popen:
     """`keyspan run JOB` in its own process group (so a SIGKILL takes its JVM and workers too)."""
     cmd = [sys.executable, "-m", "keyspan", "run", str(job), "--workdir", str(workdir), "--no-progress", *extra]
     return subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def run_here(job: Path, workdir: Path, env: dict | None = None) -> None:
+    """Run JOB to the end in this process, on the test session's Spark: a crash test's failure-free
+    reference run, without starting a driver JVM of its own."""
+    saved_env = {k: os.environ.get(k) for k in env or {}}
+    saved_options = run_options.current()
+    os.environ.update(env or {})
+    run_options.install(run_options.RunOptions(workdir=str(workdir), job_file=str(job), fresh=True))
+    try:
+        runpy.run_path(str(job), run_name="__main__")
+    finally:
+        run_options.install(saved_options)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def committed_epoch(workdir: Path) -> int:

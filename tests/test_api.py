@@ -142,10 +142,35 @@ def test_parallelism_default_goes_back_to_the_default_and_unknown_changes_nothin
     assert sorted(job_s.execute_and_collect()) == [2, 2, 2, 2]
 
 
-def test_job_without_a_sink_raises_value_error(env):
-    env.from_collection([1, 2, 3]).map(lambda x: x + 1)
-    with pytest.raises(ValueError, match="no sink"):
-        env.execute("no-sink")
+class RecordTo(MapFunction):
+    """Writes each value it sees to its own file in ``folder``: proof that the function ran."""
+
+    def __init__(self, folder, tag):
+        self.folder, self.tag = str(folder), tag
+
+    def map(self, value):
+        with open(f"{self.folder}/{self.tag}-{value}", "w"):
+            pass
+        return value
+
+
+def test_job_without_a_sink_runs_its_functions_and_sources_alone_raise(env, tmp_path):
+    """As in PyFlink: an operator whose output no sink reads still runs, with or without a sink elsewhere
+    in the job; a job of sources only is refused with Flink's message."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    env.from_collection([1, 2, 3]).map(RecordTo(seen, "alone"))
+    env.execute("no-sink")
+    assert sorted(p.name for p in seen.iterdir()) == ["alone-1", "alone-2", "alone-3"]
+
+    numbers = env.from_collection([4, 5])
+    numbers.map(RecordTo(seen, "beside")).rebalance()
+    assert sorted(numbers.map(lambda x: x * 10).execute_and_collect()) == [40, 50]
+    assert sorted(p.name for p in seen.iterdir() if p.name.startswith("beside")) == ["beside-4", "beside-5"]
+
+    env.from_collection([1, 2, 3])
+    with pytest.raises(ValueError, match="No operators defined in streaming topology"):
+        env.execute("sources-only")
 
 
 # --- keyed aggregations ---------------------------------------------------------------------------

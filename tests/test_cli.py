@@ -14,7 +14,7 @@ JOB = Path(__file__).parent / "jobs" / "counting_job.py"
 
 
 def _env(output: Path) -> dict:
-    return dict(os.environ, COUNTING_JOB_OUTPUT=str(output), COUNTING_JOB_RECORDS="4200",
+    return dict(os.environ, COUNTING_JOB_OUTPUT=str(output), COUNTING_JOB_RECORDS="3000",
                 COUNTING_JOB_PER_EPOCH="60")
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from job_processes import committed_epoch, crash_seed, run_with_kills, start_job
+from job_processes import committed_epoch, crash_seed, run_here, run_with_kills, start_job
 from keyspan.datastream import KeyedProcessFunction
 from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
@@ -20,10 +20,13 @@ from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMa
 JOB = Path(__file__).parent / "jobs" / "counting_job.py"
 
 
-def _run_job(workdir: Path, output: Path, extra=(), in_driver: int = 0):
+def _job_env(output: Path, in_driver: int = 0) -> dict:
     # 24 epochs of 100: three kills, each up to 3 epochs plus a moment into a run, land well before the end
-    return start_job(JOB, workdir, {"COUNTING_JOB_OUTPUT": str(output), "COUNTING_JOB_PER_EPOCH": "100",
-                                    "COUNTING_JOB_IN_DRIVER": str(in_driver)}, extra)
+    return {"COUNTING_JOB_OUTPUT": str(output), "COUNTING_JOB_PER_EPOCH": "100", "COUNTING_JOB_IN_DRIVER": str(in_driver)}
+
+
+def _run_job(workdir: Path, output: Path, in_driver: int = 0):
+    return start_job(JOB, workdir, _job_env(output, in_driver))
 
 
 def _output(output: Path) -> dict[str, list[str]]:
@@ -34,12 +37,10 @@ def _output(output: Path) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, list[str]]:
-    """The counting job's output from a run nothing disturbs."""
+def reference(tmp_path_factory, spark) -> dict[str, list[str]]:
+    """The counting job's output from a run nothing disturbs (in this process: no driver to kill)."""
     base = tmp_path_factory.mktemp("clean")
-    clean = _run_job(base / "work", base / "out", ["--fresh"])
-    _, err = clean.communicate(timeout=300)
-    assert clean.returncode == 0, err[-3000:]
+    run_here(JOB, base / "work", _job_env(base / "out"))
     output = _output(base / "out")
     assert len(output) >= 8
     return output

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from job_processes import committed_epoch, crash_seed, run_with_kills, start_job
+from job_processes import committed_epoch, crash_seed, run_here, run_with_kills, start_job
 from keyspan.common import Row, Types, WatermarkStrategy
 from keyspan.common.serialization import Encoder
 from keyspan.datastream.connectors import BucketAssigner, FileSink, OutputFileConfig, RollingPolicy
@@ -311,11 +311,15 @@ def test_file_source_reads_a_bucketed_sink_s_folder_with_its_subfolders(env, tmp
 BUCKETED_JOB = Path(__file__).parent / "jobs" / "bucketed_sink_job.py"
 
 
-def _run_bucketed(workdir: Path, output: Path, extra=(), compact_every: int | None = None):
+def _bucketed_env(output: Path, compact_every: int | None) -> dict:
     env = {"BUCKETED_JOB_OUTPUT": str(output)}
     if compact_every:
         env["BUCKETED_JOB_COMPACT"] = str(compact_every)
-    return start_job(BUCKETED_JOB, workdir, env, extra)
+    return env
+
+
+def _run_bucketed(workdir: Path, output: Path, compact_every: int | None = None):
+    return start_job(BUCKETED_JOB, workdir, _bucketed_env(output, compact_every))
 
 
 def _layout(output: Path) -> dict[tuple[str, int, int], list[str]]:
@@ -337,10 +341,8 @@ def _layout(output: Path) -> dict[tuple[str, int, int], list[str]]:
 
 
 @pytest.mark.timeout(1800)  # three driver start-ups on a shared 2-core machine
-def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path):
-    clean = _run_bucketed(tmp_path / "clean", tmp_path / "clean-out", ["--fresh"])
-    _, err = clean.communicate(timeout=600)
-    assert clean.returncode == 0, err[-3000:]
+def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path, spark):
+    run_here(BUCKETED_JOB, tmp_path / "clean", _bucketed_env(tmp_path / "clean-out", None))
     reference = _layout(tmp_path / "clean-out")
     assert {b for b, _, _ in reference} == {"class=0", "class=1", "class=2"}
     assert len({e for _, e, _ in reference}) >= 10  # 2400 records, 150 per epoch
@@ -358,12 +360,10 @@ def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path):
 
 
 @pytest.mark.timeout(1800)
-def test_compacting_sink_is_exactly_once_after_sigkill(tmp_path):
+def test_compacting_sink_is_exactly_once_after_sigkill(tmp_path, spark):
     """A compacting FileSink killed at random points (while epochs run, commit or compact) ends with
     the same compacted files as a run without failures, and no record is ever visible twice."""
-    clean = _run_bucketed(tmp_path / "clean", tmp_path / "clean-out", ["--fresh"], compact_every=4)
-    _, err = clean.communicate(timeout=600)
-    assert clean.returncode == 0, err[-3000:]
+    run_here(BUCKETED_JOB, tmp_path / "clean", _bucketed_env(tmp_path / "clean-out", 4))
     reference = _visible_lines(tmp_path / "clean-out")
     assert all(posixpath.basename(p).startswith("compacted-counts-") for p in reference)
     assert len(reference) >= 9  # three buckets, compacted about every fourth of 16 epochs

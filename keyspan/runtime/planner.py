@@ -198,13 +198,34 @@ def key_columns(selector, names: list[str]) -> list[str] | None:
     return None
 
 
+def _with_discarding_sinks(transformations: list[Transformation]) -> list[Transformation]:
+    """As in Flink, a job needs no sink: its operators still run (for their side effects and state).
+    Each end of a sinkless graph gets a sink that drops what it emits."""
+    from keyspan.connectors.discarding_sink import DiscardingSink
+
+    consumers: dict[int, list[Transformation]] = defaultdict(list)
+    for t in transformations:
+        for i in t.inputs:
+            consumers[i.id].append(t)
+
+    def read(t: Transformation) -> bool:
+        """Some operator reads ``t``'s output, perhaps through unions, side outputs or partitionings."""
+        return any(c.kind not in VIRTUAL_KINDS or read(c) for c in consumers[t.id])
+
+    ends = [t for t in transformations if t.kind not in (OperatorKind.SOURCE, OperatorKind.SINK, OperatorKind.DRIVER_SINK)
+            and t.kind not in VIRTUAL_KINDS and not read(t)]
+    next_id = max(t.id for t in transformations) + 1
+    return transformations + [Transformation(next_id + n, OperatorKind.SINK, DiscardingSink.name, [t], spec=DiscardingSink())
+                              for n, t in enumerate(ends)]
+
+
 def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int,
                   chaining: bool = True, vectorize: bool = True, batch: bool = False) -> PhysicalPlan:
-    if not transformations:
+    if all(t.kind == OperatorKind.SOURCE or t.kind in VIRTUAL_KINDS for t in transformations):
         raise ValueError("No operators defined in streaming topology. Cannot execute. (Each execute() runs what "
-                         "was built since the previous one, as in PyFlink.)")
-    if not any(t.kind == OperatorKind.SINK for t in transformations):
-        raise ValueError("the job has no sink: add sink_to(...), add_sink(...), print() or execute_and_collect()")
+                         "was built since the previous one, as in PyFlink; sources alone are not a job.)")
+    if not any(t.kind in (OperatorKind.SINK, OperatorKind.DRIVER_SINK) for t in transformations):
+        transformations = _with_discarding_sinks(transformations)
     uids = assign_uids(transformations)
     consumers: dict[int, list[Transformation]] = defaultdict(list)
     for t in transformations:
