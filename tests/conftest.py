@@ -49,6 +49,30 @@ def pytest_configure(config):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+_SESSION: list = []
+
+
+def pytest_sessionstart(session):
+    _SESSION.append(session)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Ends the test process with pytest's verdict once pytest is done, running the exit handlers but
+    not the interpreter's module teardown. One test process loads a JVM bridge, RocksDB, librdkafka,
+    Arrow, a web server and their threads; tearing all of them down in the interpreter's own order
+    crashed CI once with a segmentation fault after every test had passed (exit code 139), which
+    would turn a green run red. Spark's Python workers end the same way (``os._exit``)."""
+    if not _SESSION:
+        return
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(_SESSION[0].exitstatus))
+
+
 # -- servers the cluster tests start on loopback: PostgreSQL and a Spark standalone cluster ---------
 
 def _postgres_bin() -> str | None:
@@ -151,6 +175,9 @@ def kafka_broker(tmp_path_factory):
                 pytest.skip(f"noida-db did not start: {(data / 'broker.log').read_text()[-500:]}")
             time.sleep(0.05)
     yield f"127.0.0.1:{port}"
+    from keyspan.connectors.kafka.clients import close_all
+
+    close_all()  # this process's clients leave while the broker still answers
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(10)

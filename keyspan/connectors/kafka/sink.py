@@ -19,7 +19,7 @@ import sys
 from enum import Enum
 
 from keyspan.connectors.sinks import Sink
-from keyspan.connectors.kafka.source import CLIENT_LOG
+from keyspan.connectors.kafka.clients import CLIENT_LOG, owned, release, shared_producer
 from keyspan.io import serde
 
 STAGING = "kafka-staging"
@@ -95,20 +95,6 @@ class KafkaRecordSerializationSchemaBuilder:
         return KafkaRecordSerializationSchema(self._topic, self._selector, self._key, self._value)
 
 
-_PRODUCERS: dict = {}
-
-
-def _producer(config: dict):
-    """One producer per config and process (Spark reuses Python workers across tasks)."""
-    from confluent_kafka import Producer
-
-    key = tuple(sorted(config.items()))
-    p = _PRODUCERS.get(key)
-    if p is None:
-        p = _PRODUCERS[key] = Producer(config)
-    return p
-
-
 def _produce(producer, topic, key, value, on_delivery=None):
     while True:
         try:
@@ -182,15 +168,13 @@ class KafkaSink(Sink):
         return self.staging.read("incarnation").decode()
 
     def _open_publisher(self):
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, Producer, TopicPartition
 
-        from confluent_kafka import Producer
-
-        producer = Producer(self._config(**{"transactional.id": f"{self.transactional_id_prefix}-publisher",
-                                            "enable.idempotence": True}))
+        producer = owned(Producer(self._config(**{"transactional.id": f"{self.transactional_id_prefix}-publisher",
+                                                  "enable.idempotence": True})))
         producer.init_transactions(30)  # fences a killed driver's producer and aborts its open transaction
-        group = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.marker_group,
-                          "enable.auto.commit": False, "logger": CLIENT_LOG})
+        group = owned(Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.marker_group,
+                                "enable.auto.commit": False, "logger": CLIENT_LOG}))
         incarnation = self._incarnation()
         mark = group.committed([TopicPartition(self.marker_topic, 0)], timeout=30)[0]
         published = mark.offset - 1 if mark.offset >= 0 and mark.metadata == incarnation else -1
@@ -225,6 +209,8 @@ class KafkaSink(Sink):
             producer.abort_transaction(30)
         except Exception as exc:  # noqa: BLE001 — the next init_transactions aborts it anyway
             print(f"keyspan: kafka sink: aborting the transaction failed: {exc}", file=sys.stderr)
+        if self._publisher is not None:
+            release(*self._publisher[:2])  # the next publish opens them again, fencing this producer
         self._publisher = None
 
     def _clean_up_to(self, epoch: int) -> None:
@@ -264,7 +250,7 @@ class _DirectWriter:
     def __init__(self, sink: KafkaSink, subtask: int):
         self.sink = sink
         self.serialize = sink.serializer.serialize
-        self.producer = _producer(sink._config(**{"enable.idempotence": True, "linger.ms": 5}))
+        self.producer = shared_producer(sink._config(**{"enable.idempotence": True, "linger.ms": 5}))
         self.errors: list = []
         self.wait = sink.delivery_guarantee == DeliveryGuarantee.AT_LEAST_ONCE
         self.on_delivery = self._delivered if self.wait else None

@@ -12,7 +12,6 @@ split (``KafkaReader.splits``): a task sends a partition's records in chunks of 
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from keyspan.connectors.dead_letter import ErrorPolicy
+from keyspan.connectors.kafka.clients import CLIENT_LOG, shared_consumer
 from keyspan.connectors.sources import TICK, KeyspanSource, SourceReader, SourceRecordError, SplitChunk
 
 READ_TIMEOUT_S = 60.0  # a partition range the broker does not deliver within this time fails the task
@@ -122,26 +122,6 @@ def _split_key(key: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-CLIENT_LOG = logging.getLogger("keyspan.kafka")  # librdkafka's own messages (e.g. a broker unreachable)
-
-
-class _Client:
-    """confluent-kafka clients of one process, made once (a consumer per config, never fetching unless
-    a task assigned it partitions)."""
-
-    _consumers: dict = {}
-
-    @classmethod
-    def consumer(cls, config: dict):
-        from confluent_kafka import Consumer
-
-        key = tuple(sorted(config.items()))
-        c = cls._consumers.get(key)
-        if c is None:
-            c = cls._consumers[key] = Consumer(config)
-        return c
-
-
 class KafkaReader(SourceReader):
     """Driver and task side of one KafkaSource (pickled into the Spark data source options)."""
 
@@ -164,7 +144,7 @@ class KafkaReader(SourceReader):
         return config
 
     def _metadata_consumer(self):
-        return _Client.consumer(self._config())
+        return shared_consumer(self._config())
 
     def _partitions(self) -> list[str]:
         s = self.source
@@ -321,7 +301,7 @@ class KafkaReader(SourceReader):
         from confluent_kafka import KafkaError, TopicPartition
 
         # a task reads known ranges and lets go: the broker need not hold an empty fetch for long
-        consumer = _Client.consumer({"fetch.wait.max.ms": 20, **self._config(**{"auto.offset.reset": "earliest",
+        consumer = shared_consumer({"fetch.wait.max.ms": 20, **self._config(**{"auto.offset.reset": "earliest",
                                                                               "enable.partition.eof": True})})
         todo = {}  # (topic, partition) → offset to read up to
         first = {}  # (topic, partition) → first offset to read
