@@ -252,3 +252,35 @@ def test_legacy_consumer_and_producer_at_least_once(env, kafka_broker):
     stop_with_savepoint("kafka-legacy")
     job.join()
     assert set(out) == {f"W{i}" for i in range(40)}  # at least once: duplicates would be allowed, loss not
+
+
+def test_the_process_closes_its_kafka_clients_when_it_exits(kafka_broker, tmp_path):
+    """Clients kept for reuse are closed from ``atexit``, not left to the interpreter's teardown (where
+    librdkafka's callbacks would reach a half-finalized Python)."""
+    import subprocess
+    import sys
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"""
+import atexit, sys
+
+
+def closed():  # registered before keyspan's own handler, so it runs after it
+    try:
+        consumer.assignment()
+    except RuntimeError:
+        return True
+    return False
+
+
+atexit.register(lambda: print("consumer closed" if closed() else "consumer open"))
+from keyspan.connectors.kafka.clients import shared_consumer, shared_producer
+
+consumer = shared_consumer({{"bootstrap.servers": "{kafka_broker}", "group.id": "probe"}})
+consumer.list_topics(timeout=10)
+producer = shared_producer({{"bootstrap.servers": "{kafka_broker}"}})
+assert shared_consumer({{"bootstrap.servers": "{kafka_broker}", "group.id": "probe"}}) is consumer
+""")
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "consumer closed"
