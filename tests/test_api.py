@@ -12,6 +12,7 @@ from keyspan.datastream import (
     FlatMapFunction,
     KeyedProcessFunction,
     MapFunction,
+    OutputTag,
     ProcessFunction,
     ReduceFunction,
 )
@@ -171,6 +172,39 @@ def test_job_without_a_sink_runs_its_functions_and_sources_alone_raise(env, tmp_
     env.from_collection([1, 2, 3])
     with pytest.raises(ValueError, match="No operators defined in streaming topology"):
         env.execute("sources-only")
+
+
+def test_records_cross_an_exchange_as_their_declared_type_gives_them_back(env):
+    """PyFlink serializes records by their declared type between operators that are not chained: a row
+    arrives named by the type (``Row(f0=...)`` for ``Types.ROW``) and a ``FLOAT`` in single precision.
+    Chained operators hand the object itself on."""
+    env.set_parallelism(2)
+    pairs = env.from_collection([("a", 1), ("b", 2)])
+    named = Types.ROW_NAMED(["word", "n"], [Types.STRING(), Types.INT()])
+    unnamed_float = Types.ROW([Types.STRING(), Types.FLOAT()])
+
+    keyed = (pairs.map(lambda t: Row(t[0], t[1] + 1), output_type=named)
+             .key_by(lambda r: r[0]).map(lambda r: f"{r.word} {r['n']} {r!r}", output_type=Types.STRING()))
+    rows = pairs.map(lambda t: Row(t[0], t[1] + 0.1), output_type=unnamed_float)
+    crossed = rows.rebalance().map(lambda r: f"crossed {r!r}", output_type=Types.STRING())
+    chained = rows.map(lambda r: f"chained {r!r}", output_type=Types.STRING())
+    side = OutputTag("side", named)
+    split = pairs.process(SideRows(side), output_type=Types.STRING())
+    sided = split.get_side_output(side).key_by(lambda r: r[0]).map(lambda r: f"side {r!r}", output_type=Types.STRING())
+
+    assert sorted(keyed.union(crossed, chained, sided).execute_and_collect()) == [
+        "a 2 Row(word='a', n=2)", "b 3 Row(word='b', n=3)",
+        "chained <Row('a', 1.1)>", "chained <Row('b', 2.1)>",
+        "crossed Row(f0='a', f1=1.100000023841858)", "crossed Row(f0='b', f1=2.0999999046325684)",
+        "side Row(word='a', n=1)", "side Row(word='b', n=2)"]
+
+
+class SideRows(ProcessFunction):
+    def __init__(self, tag):
+        self.tag = tag
+
+    def process_element(self, value, ctx):
+        yield self.tag, Row(*value)
 
 
 # --- keyed aggregations ---------------------------------------------------------------------------

@@ -54,9 +54,40 @@ def _float_as_received(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
+def received_form(t):
+    """A function giving a value of declared type ``t`` as PyFlink's Python functions receive it once
+    it crossed an exchange (serialized by its type: a row named by the type, a ``FLOAT`` in single
+    precision); None where the type changes nothing. A value without the declared shape passes as it is."""
+    if not _reshapes(t):
+        return None
+
+    def received(value):
+        if value is None:
+            return value
+        try:
+            return _converted(value, t, received=True)
+        except (TypeError, ValueError):
+            return value
+    return received
+
+
+def _reshapes(t) -> bool:
+    if isinstance(t, RowTypeInfo):
+        return True
+    if isinstance(t, TupleTypeInfo):
+        return any(map(_reshapes, t.field_types))
+    if isinstance(t, ListTypeInfo):
+        return _reshapes(t.element_type)
+    if isinstance(t, MapTypeInfo):
+        return _reshapes(t.key_type) or _reshapes(t.value_type)
+    return getattr(t, "name", None) == "FLOAT"
+
+
 def _converted(value, t, received: bool):
     """``value`` as PyFlink's Python functions receive it (``received``) or as it collects it."""
     if isinstance(t, RowTypeInfo):
+        if not isinstance(value, (tuple, list)):
+            raise TypeError("not a row")
         fields = getattr(value, "_fields", None)
         if fields is not None and list(fields) != t.field_names:  # PyFlink writes a named row by the type's names
             value = [value[fields.index(name)] for name in t.field_names]

@@ -61,6 +61,7 @@ class ExitSpec:
     input_side: int = 0  # which input of a two-input consumer the records feed (0: first, 1: second)
     partitioner: Any = None  # CUSTOM: partition(key, num_partitions) -> subtask
     consumer: str = ""  # the consumer operator, named in errors: "'name' (uid …)"
+    record_type: Any = None  # the records' declared type (``output_type``): they cross as PyFlink's serializer gives them back
 
 
 @dataclass
@@ -249,22 +250,23 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             out.extend(physical_inputs(i) if i.kind in VIRTUAL_KINDS else [i])
         return out
 
-    def consumer_edges(t: Transformation, tag=None, partitioning=None) -> list[tuple]:
-        """(consumer, input index, side-output tag, Partitioning or None) for every edge leaving
-        ``t``, through unions, side outputs and partitionings."""
+    def consumer_edges(t: Transformation, declared, tag=None, partitioning=None) -> list[tuple]:
+        """(consumer, input index, side-output tag, Partitioning or None, ``declared``: the type the
+        records were declared with) for every edge leaving ``t``, through unions, side outputs and
+        partitionings."""
         out = []
         for c in consumers[t.id]:
             for index, i in enumerate(c.inputs):
                 if i is not t:
                     continue
                 if c.kind == OperatorKind.UNION:
-                    out.extend(consumer_edges(c, tag, partitioning))
+                    out.extend(consumer_edges(c, declared, tag, partitioning))
                 elif c.kind == OperatorKind.SIDE_OUTPUT:
-                    out.extend(consumer_edges(c, c.spec.tag_id, partitioning))
+                    out.extend(consumer_edges(c, c.output_type, c.spec.tag_id, partitioning))
                 elif c.kind == OperatorKind.PARTITION:
-                    out.extend(consumer_edges(c, tag, c.spec))
+                    out.extend(consumer_edges(c, declared, tag, c.spec))
                 else:
-                    out.append((c, index, tag, partitioning))
+                    out.append((c, index, tag, partitioning, declared))
         return out
 
     def forwarded(t: Transformation) -> bool:
@@ -373,7 +375,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         op = stage.plan.ops[op_index[t.id]]
         if op.kind == OperatorKind.DRIVER_SINK:
             _driver_exit(stage)
-        for c, index, tag, partitioning in consumer_edges(t):
+        for c, index, tag, partitioning, declared in consumer_edges(t, t.output_type):
             if stage_of.get(c.id) == stage.plan.stage_id and chained(c):
                 op.outputs.append(("op", op_index[c.id], tag))
                 continue
@@ -390,7 +392,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                                  partitioning.key_selector if kind == ExitKind.CUSTOM else selector,
                                  input_side=index if c.kind in TWO_INPUT_KINDS else 0,
                                  partitioner=partitioning.partitioner if kind == ExitKind.CUSTOM else None,
-                                 consumer=f"'{c.name}' (uid {uids[c.id][0]})")
+                                 consumer=f"'{c.name}' (uid {uids[c.id][0]})", record_type=declared)
             stage.plan.exits.append(exit_spec)
             op.outputs.append(("exit", exit_spec.exit_id, tag))
             target.inputs.append((stage.plan.stage_id, exit_spec.exit_id))

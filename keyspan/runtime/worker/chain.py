@@ -11,6 +11,7 @@ from functools import partial
 import pyarrow as pa
 
 from keyspan.common.clock import LONG_MIN
+from keyspan.common.java_values import received_form
 from keyspan.common.types import rows_of_arrow
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
@@ -135,6 +136,10 @@ class OperatorChain:
             ex = CustomExit(spec, self.ts_cell, f"operator '{op.name}' (uid '{op.uid}'), subtask {self.subtask}")
         else:
             raise ValueError(f"exit {exit_id} of stage {self.plan.stage_id} has no records to route")
+        received = received_form(spec.record_type)
+        if received is not None:  # records cross as PyFlink's serializer of their declared type gives them back
+            add = ex.add
+            ex.add = lambda value: add(received(value))
         self.exits[exit_id] = ex
         return ex.add
 
