@@ -2,8 +2,8 @@
 
 Spark reuses Python workers across tasks, so consumers and producers are made once per config and
 kept. A librdkafka client still open when the interpreter tears its modules down calls back into a
-half-finalized Python (its logger, delivery reports) and can crash the process after the job
-succeeded (exit code 139); closing every client from ``atexit`` runs that work while Python is whole.
+half-finalized Python (its logger, delivery reports); closing every client from ``atexit`` runs that
+work while Python is whole.
 """
 
 from __future__ import annotations
