@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
+from functools import partial
 
 from keyspan.common.java_text import java_float
 from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo
@@ -23,10 +24,14 @@ from keyspan.common.types import Row
 def collected_value(value, t):
     """``value`` of type ``t`` as PyFlink's ``execute_and_collect`` returns it; a value that does not
     have its declared shape comes back as it is."""
-    if t is None or value is None:
+    return value if t is None else _as_declared(value, t, received=False)
+
+
+def _as_declared(value, t, received: bool):
+    if value is None:
         return value
     try:
-        return _converted(value, t, received=False)
+        return _converted(value, t, received)
     except (TypeError, ValueError):
         return value
 
@@ -58,17 +63,7 @@ def received_form(t):
     """A function giving a value of declared type ``t`` as PyFlink's Python functions receive it once
     it crossed an exchange (serialized by its type: a row named by the type, a ``FLOAT`` in single
     precision); None where the type changes nothing. A value without the declared shape passes as it is."""
-    if not _reshapes(t):
-        return None
-
-    def received(value):
-        if value is None:
-            return value
-        try:
-            return _converted(value, t, received=True)
-        except (TypeError, ValueError):
-            return value
-    return received
+    return partial(_as_declared, t=t, received=True) if _reshapes(t) else None
 
 
 def _reshapes(t) -> bool:

@@ -33,7 +33,7 @@ def shared_producer(config: dict):
 
 
 def _shared_client(kind, config: dict):
-    key = (kind.__name__, tuple(sorted(config.items(), key=lambda item: item[0])))
+    key = (kind.__name__, tuple(sorted(config.items())))
     with _lock:
         client = _shared.get(key)
         if client is None:
@@ -49,11 +49,11 @@ def owned(client):
 
 
 def release(*clients) -> None:
-    for client in clients:
-        with _lock:
-            if not any(c is client for c in _owned):
-                continue
-            _owned[:] = [c for c in _owned if c is not client]
+    """Closes ``clients`` unless the process already did (``close_all``)."""
+    with _lock:
+        still_open = [c for c in _owned if any(c is client for client in clients)]
+        _owned[:] = [c for c in _owned if not any(c is client for client in clients)]
+    for client in still_open:
         _close(client)
 
 
