@@ -6,6 +6,10 @@ chaining controls, ``configure(Configuration)``, ``execute_async`` with its ``Jo
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -97,6 +101,70 @@ def test_execute_runs_what_was_built_since_the_previous_execute(env):
         assert sorted(second) == ["A", "B"]  # the first job's operators did not run again
     with pytest.raises(ValueError, match="No operators defined in streaming topology"):
         env.execute("nothing")
+
+
+class Logged(MapFunction):
+    """Appends each record to a file: how often a job's operator ran, seen from the test."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def map(self, value):
+        with open(self.path, "a") as f:
+            f.write(f"{value}\n")
+        return value
+
+
+def test_a_later_execute_runs_again_the_streams_its_operators_read(env, tmp_path):
+    """As Flink's examples/datastream/basic_operations.py does: streams built before one execute() feed
+    operators built after it. The next job runs those streams again from their source; the earlier job's
+    other operators do not run again."""
+    read = tmp_path / "read"
+    numbers = env.from_collection([1, 2, 3, 4]).map(Logged(read))
+    with numbers.map(lambda v: v * 10).execute_and_collect("first") as first:
+        assert sorted(first) == [10, 20, 30, 40]
+    tens = tmp_path / "tens"
+    with numbers.filter(lambda v: v % 2 == 0).map(Logged(tens)).execute_and_collect("second") as second:
+        assert sorted(second) == [2, 4]
+    assert sorted(read.read_text().split()) == ["1", "1", "2", "2", "3", "3", "4", "4"]  # once per job
+    assert sorted(tens.read_text().split()) == ["2", "4"]
+    numbers.map(str)
+    plan = [n["contents"] for n in json.loads(env.get_execution_plan())["nodes"]]
+    assert plan == ["Collection Source", "Map", "Map"]  # the plan shows the stream the new map reads
+
+
+BASIC_OPERATIONS = textwrap.dedent("""
+    import logging, sys
+    from keyspan.common import Types
+    from keyspan.datastream import StreamExecutionEnvironment
+
+    def show(ds, env):
+        ds.print()
+        env.execute()
+
+    if __name__ == "__main__":
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(1)
+        ds = env.from_collection([(1, "a"), (2, "bb"), (3, "ccc")],
+                                 type_info=Types.ROW_NAMED(["id", "info"], [Types.INT(), Types.STRING()]))
+        show(ds.map(lambda r: (r.id, len(r.info))), env)
+        show(ds.filter(lambda r: r.id == 1).map(lambda r: r.info), env)
+""")
+
+
+def test_flink_s_basic_operations_example_prints_each_job_s_results_and_no_java_bridge_lines(tmp_path):
+    """The shape of Flink's examples/datastream/basic_operations.py, run as ``python job.py``: INFO logs
+    to stdout, one environment, an ``execute()`` per pipeline over one source. PyFlink prints both jobs'
+    results and mutes its Java gateway's INFO lines; so does keyspan (the dashboard's link is keyspan's
+    own INFO line, which the script's logging setup sends to stdout)."""
+    script = tmp_path / "basic_operations.py"
+    script.write_text(BASIC_OPERATIONS)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, KEYSPAN_HOME=str(tmp_path / "home")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = [line for line in done.stdout.splitlines() if not line.startswith("dashboard: ")]
+    assert printed == ["(1, 1)", "(2, 2)", "(3, 3)", "a"], done.stdout
 
 
 def test_execution_config_is_the_environment_s_and_keeps_flink_s_jvm_settings():

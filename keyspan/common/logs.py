@@ -38,6 +38,15 @@ def configure(level: str | None = None) -> str:
     return _SPARK_LEVELS[name]
 
 
+def quiet_java_bridge() -> None:
+    """Mute the INFO lines of PySpark's Java bridge (py4j: "Callback Server Starting", "Received command
+    c on object id p0"), as PyFlink mutes its own gateway's: a job that logs at INFO to stdout, as
+    Flink's examples do, would print them among its results. A level set on ``py4j`` stays."""
+    bridge = logging.getLogger("py4j")
+    if bridge.level == logging.NOTSET:
+        bridge.setLevel(logging.WARNING)
+
+
 def spark_level() -> str:
     """Spark's log level for the configured keyspan level."""
     level = logging.getLevelName(logging.getLogger("keyspan").getEffectiveLevel())

@@ -12,7 +12,13 @@ from keyspan.datastream.checkpoint_config import CheckpointConfig
 from keyspan.datastream.execution_mode import RuntimeExecutionMode
 from keyspan.datastream.time_characteristic import TimeCharacteristic
 from keyspan.datastream.data_stream import DataStream
-from keyspan.datastream.transformation import VIRTUAL_KINDS, OperatorKind, Transformation
+from keyspan.datastream.transformation import (
+    VIRTUAL_KINDS,
+    OperatorKind,
+    Transformation,
+    execution_plan,
+    with_inputs,
+)
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 
@@ -310,11 +316,12 @@ class StreamExecutionEnvironment:
 
     def _take_transformations(self) -> list[Transformation]:
         """The job graph, handed to the run that ``execute`` starts. As in PyFlink, the environment is
-        then empty: the next ``execute`` runs only what was built after this one, never this job again."""
+        then empty: the next ``execute`` runs what was built after this one, with the streams it reads
+        (a source this job ran runs again there), and none of this job's other operators."""
         if not self._config.has_auto_generated_uids_enabled():
             self._check_uids()
         taken, self._transformations = self._transformations, []
-        return taken
+        return with_inputs(taken)
 
     def _check_uids(self) -> None:
         """With ``get_config().disable_auto_generated_uids()``, every operator the job built needs a uid,
@@ -411,9 +418,7 @@ class StreamExecutionEnvironment:
     def get_execution_plan(self) -> str:
         """The job graph as JSON shaped like Flink's (``nodes`` with id, type, pact, contents,
         parallelism and ``predecessors`` with ship_strategy)."""
-        from keyspan.datastream.transformation import execution_plan
-
-        return execution_plan(self._transformations, self.get_default_local_parallelism())
+        return execution_plan(with_inputs(self._transformations), self.get_default_local_parallelism())
 
     def close(self) -> None:
         """Nothing to release: the SparkSession outlives the environment."""

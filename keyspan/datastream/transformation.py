@@ -77,6 +77,20 @@ class Transformation:
         return self.key_selector2 if index == 1 and self.kind in TWO_INPUT_KINDS else self.key_selector
 
 
+def with_inputs(transformations: list[Transformation]) -> list[Transformation]:
+    """The transformations and every one they read from, in the order they were built. A job built
+    after an earlier ``execute()`` may read a stream that job already ran (its source, a map): as in
+    Flink's StreamGraphGenerator, which follows each transformation's inputs, the new job runs it again."""
+    found: dict[int, Transformation] = {}
+    pending = list(transformations)
+    while pending:
+        t = pending.pop()
+        if t.id not in found:
+            found[t.id] = t
+            pending.extend(t.inputs)
+    return [found[i] for i in sorted(found)]
+
+
 def assign_uids(transformations: list[Transformation]) -> dict[int, tuple[str, bool]]:
     """Operator id → (uid, generated?). A generated uid hashes the operator's place in the graph,
     so it is the same on every run of an unchanged job (Flink's auto-generated operator ids)."""

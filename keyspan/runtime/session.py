@@ -48,6 +48,7 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    logs.quiet_java_bridge()
     active = SparkSession.getActiveSession()
     if active is None and SparkContext._active_spark_context is not None:
         active = SparkSession.builder.getOrCreate()  # a user's SparkContext without a session yet
