@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("confluent_kafka", reason="confluent-kafka (keyspan[kafka]) is not installed")
 
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
 from kafka_util import add_partitions, new_topic, produce, read_all  # noqa: E402
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options  # noqa: E402
 
@@ -237,6 +239,25 @@ def test_malformed_records_go_to_the_dead_letter_output_and_the_job_goes_on(env,
     assert [r[1:] for r in results if r[0] == "dead"] == [
         (f"topic {topic} partition 1 offset 0", next(r[2] for r in results if r[0] == "dead"), b'{"user": "cy", "amo')]
     assert "malformed JSON" in next(r[2] for r in results if r[0] == "dead")
+
+
+def test_bootstrap_servers_and_group_id_given_as_properties(env, kafka_broker):
+    """As Flink's examples/datastream/connectors/kafka_*_format.py build their source: servers and group
+    in set_properties(...). As in Flink, the setters are properties too: the last one given wins."""
+    topic = new_topic(kafka_broker, 1)
+    produce(kafka_broker, topic, [(None, f"r{i}") for i in range(5)])
+    group = f"props-{topic}"
+    src = (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_group_id("overridden").set_topics(topic)
+           .set_properties({"bootstrap.servers": kafka_broker, "group.id": group})
+           .set_value_only_deserializer(SimpleStringSchema()).set_bounded(KafkaOffsetsInitializer.latest()).build())
+    assert sorted(env.from_source(src, None, "props").execute_and_collect("kafka-props")) == [f"r{i}" for i in range(5)]
+    check = Consumer({"bootstrap.servers": kafka_broker, "group.id": group})
+    try:  # the offsets were committed for the group the properties named
+        assert check.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 5
+    finally:
+        check.close()
+    with pytest.raises(ValueError, match="bootstrap.servers"):
+        KafkaSource.builder().set_topics(topic).set_value_only_deserializer(SimpleStringSchema()).build()
 
 
 def test_legacy_consumer_and_producer_at_least_once(env, kafka_broker):

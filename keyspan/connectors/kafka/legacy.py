@@ -22,16 +22,12 @@ class FlinkKafkaConsumer(KafkaSource):
     name = "Kafka Source"
 
     def __init__(self, topics, deserialization_schema, properties: dict):
-        props = dict(properties)
-        builder = KafkaSourceBuilder().set_bootstrap_servers(props.pop("bootstrap.servers", None))
+        builder = KafkaSourceBuilder().set_properties(properties)
         builder.set_topics(*([topics] if isinstance(topics, str) else topics))
         builder.set_value_only_deserializer(deserialization_schema)
-        if "group.id" in props:
-            builder.set_group_id(props["group.id"])
-        reset = str(props.get("auto.offset.reset", "latest")).lower()
+        reset = str(properties.get("auto.offset.reset", "latest")).lower()
         builder.set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(
             KafkaOffsetResetStrategy.EARLIEST if reset in ("earliest", "smallest") else KafkaOffsetResetStrategy.LATEST))
-        builder.set_properties(props)
         super().__init__(builder)
 
     def set_commit_offsets_on_checkpoints(self, commit_on_checkpoints: bool) -> "FlinkKafkaConsumer":

@@ -393,17 +393,17 @@ class KafkaSource(KeyspanSource):
 
     def __init__(self, b: "KafkaSourceBuilder"):
         require_client()
-        if not b._bootstrap_servers:
-            raise ValueError("KafkaSource needs set_bootstrap_servers(...)")
+        if not b._properties.get("bootstrap.servers"):
+            raise ValueError("KafkaSource needs set_bootstrap_servers(...) (or the property 'bootstrap.servers')")
         if not (b._topics or b._pattern or b._partitions):
             raise ValueError("KafkaSource needs set_topics(...), set_topic_pattern(...) or set_partitions(...)")
         if b._deserializer is None:
             raise ValueError("KafkaSource needs set_value_only_deserializer(...) or set_deserializer(...)")
-        self.bootstrap_servers = b._bootstrap_servers
+        self.bootstrap_servers = b._properties["bootstrap.servers"]
         self.topics = tuple(b._topics)
         self.pattern = b._pattern
         self.partitions = tuple(sorted(b._partitions, key=lambda tp: (tp.topic, tp.partition)))
-        self.group_id = b._group_id or b._properties.get("group.id")
+        self.group_id = b._properties.get("group.id")
         self.starting_offsets = b._starting
         self.stopping_offsets = b._stopping
         self.bounded = b._bounded
@@ -436,12 +436,13 @@ class KafkaSource(KeyspanSource):
 
 
 class KafkaSourceBuilder:
+    """As Flink's, ``set_bootstrap_servers`` and ``set_group_id`` set the properties ``bootstrap.servers``
+    and ``group.id``: the last call that sets one wins, whichever of the setters it is."""
+
     def __init__(self):
-        self._bootstrap_servers = None
         self._topics: list[str] = []
         self._pattern = None
         self._partitions: set = set()
-        self._group_id = None
         self._starting = KafkaOffsetsInitializer.earliest()
         self._stopping = None
         self._bounded = False
@@ -450,12 +451,10 @@ class KafkaSourceBuilder:
         self._properties: dict = {}
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> "KafkaSourceBuilder":
-        self._bootstrap_servers = bootstrap_servers
-        return self
+        return self.set_property("bootstrap.servers", bootstrap_servers)
 
     def set_group_id(self, group_id: str) -> "KafkaSourceBuilder":
-        self._group_id = group_id
-        return self
+        return self.set_property("group.id", group_id)
 
     def set_topics(self, *topics: str) -> "KafkaSourceBuilder":
         self._topics = [t for ts in topics for t in ([ts] if isinstance(ts, str) else ts)]
