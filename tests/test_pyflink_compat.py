@@ -167,6 +167,23 @@ def test_flink_s_basic_operations_example_prints_each_job_s_results_and_no_java_
     assert printed == ["(1, 1)", "(2, 2)", "(3, 3)", "a"], done.stdout
 
 
+def test_the_java_bridge_keeps_its_warnings_but_not_the_trace_of_an_error_keyspan_reports(caplog):
+    """A failed epoch raises through py4j, which logs the whole trace; keyspan reports the failure itself
+    (a few lines, the trace in its log file), so that trace must not reach the user's log handlers."""
+    import logging
+
+    from keyspan.common import logs
+
+    logs.quiet_java_bridge()
+    bridge = logging.getLogger("py4j.clientserver")
+    with caplog.at_level(logging.INFO):
+        bridge.info("Received command c on object id p0")
+        bridge.error("There was an exception while executing the Python Proxy on the Python Side.")
+        bridge.error("Could not authenticate connection.")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("py4j")] == [
+        "Could not authenticate connection."]
+
+
 def test_execution_config_is_the_environment_s_and_keeps_flink_s_jvm_settings():
     env = StreamExecutionEnvironment.get_execution_environment()
     config = env.get_config()

@@ -41,10 +41,20 @@ def configure(level: str | None = None) -> str:
 def quiet_java_bridge() -> None:
     """Mute the INFO lines of PySpark's Java bridge (py4j: "Callback Server Starting", "Received command
     c on object id p0"), as PyFlink mutes its own gateway's: a job that logs at INFO to stdout, as
-    Flink's examples do, would print them among its results. A level set on ``py4j`` stays."""
+    Flink's examples do, would print them among its results. A level set on ``py4j`` stays. py4j's
+    trace of an error raised through it (a failed epoch) is dropped: keyspan reports that error itself,
+    in a few lines, with the trace in its log file."""
     bridge = logging.getLogger("py4j")
     if bridge.level == logging.NOTSET:
         bridge.setLevel(logging.WARNING)
+    for name in ("py4j.clientserver", "py4j.java_gateway"):
+        logger = logging.getLogger(name)
+        if _not_raised_through_bridge not in logger.filters:
+            logger.addFilter(_not_raised_through_bridge)
+
+
+def _not_raised_through_bridge(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("There was an exception while executing the Python Proxy")
 
 
 def spark_level() -> str:
