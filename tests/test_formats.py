@@ -455,6 +455,20 @@ def test_avro_row_schemas_round_trip_typed_rows():
     data = AvroRowSerializationSchema(avro_schema_string=schema).serialize(record)
     back = AvroRowDeserializationSchema(avro_schema_string=schema).deserialize(data)
     assert back == record and back.address.city == "Oslo"
+    # as in Flink, a row fills the record by position: the fields of Types.ROW([...]) are named f0, f1, ...
+    positional = Row(f0="bob", f1=4, f2=[], f3=("Rome",))
+    assert AvroRowDeserializationSchema(avro_schema_string=schema).deserialize(
+        AvroRowSerializationSchema(avro_schema_string=schema).serialize(positional)) == \
+        Row(user="bob", amount=4, tags=[], address=Row(city="Rome"))
+    counts = ('{"type": "record", "name": "Counts", "fields": [{"name": "by_word", "type": {"type": "map", '
+              '"values": "long"}}]}')
+    back = AvroRowDeserializationSchema(avro_schema_string=counts).deserialize(
+        AvroRowSerializationSchema(avro_schema_string=counts).serialize(Row({"hi": 2})))
+    assert back.by_word == {"hi": 2}  # an Avro map comes back as a dict, as in PyFlink
+    # the records' type, as Flink's AvroSchemaConverter gives it (a stream of it prints as rows do)
+    assert AvroRowDeserializationSchema(avro_schema_string=schema).get_produced_type() == Types.ROW_NAMED(
+        ["user", "amount", "tags", "address"],
+        [Types.STRING(), Types.LONG(), Types.OBJECT_ARRAY(Types.STRING()), Types.ROW_NAMED(["city"], [Types.STRING()])])
     with pytest.raises(ParseError, match="Avro schema Order"):
         AvroRowDeserializationSchema(avro_schema_string=schema).deserialize(data[:3])
     with pytest.raises(ValueError, match="not supported by keyspan"):

@@ -562,21 +562,84 @@ def _avro_schema(record_class, avro_schema_string, who: str):
     return schema
 
 
-def _avro_to_row(value):
+def _avro_branch(schema, named: dict, fits):
+    """The schema itself, a named type it refers to, or in a union the first branch ``fits`` accepts."""
+    if isinstance(schema, str):
+        return named.get(schema, schema)
+    if isinstance(schema, list):
+        return next((b for b in (named.get(b, b) if isinstance(b, str) else b for b in schema) if fits(b)), None)
+    return schema
+
+
+def _avro_kind(schema) -> str | None:
+    return schema.get("type") if isinstance(schema, dict) else None
+
+
+_AVRO_TYPES = {"string": Types.STRING, "enum": Types.STRING, "int": Types.INT, "long": Types.LONG,
+               "float": Types.FLOAT, "double": Types.DOUBLE, "boolean": Types.BOOLEAN, "null": Types.PICKLED_BYTE_ARRAY,
+               "bytes": lambda: Types.PRIMITIVE_ARRAY(Types.BYTE()), "fixed": lambda: Types.PRIMITIVE_ARRAY(Types.BYTE())}
+_AVRO_LOGICAL_TYPES = {"date": Types.SQL_DATE, "time-millis": Types.SQL_TIME, "timestamp-millis": Types.SQL_TIMESTAMP,
+                       "timestamp-micros": Types.SQL_TIMESTAMP, "decimal": Types.BIG_DEC}
+
+
+def _avro_type_info(schema, named: dict) -> TypeInformation:
+    """The type Flink gives the records an Avro schema describes (its AvroSchemaConverter): a record is
+    a named row, an array an object array, a map one keyed by strings, a nullable type that type."""
+    if isinstance(schema, str):
+        return _avro_type_info(named[schema], named) if schema in named else _AVRO_TYPES[schema]()
+    if isinstance(schema, list):
+        types = [b for b in schema if b != "null"]
+        return _avro_type_info(types[0], named) if len(types) == 1 else Types.PICKLED_BYTE_ARRAY()
+    kind = schema["type"]
+    if schema.get("logicalType") in _AVRO_LOGICAL_TYPES:
+        return _AVRO_LOGICAL_TYPES[schema["logicalType"]]()
+    if kind == "record":
+        return Types.ROW_NAMED([f["name"] for f in schema["fields"]],
+                               [_avro_type_info(f["type"], named) for f in schema["fields"]])
+    if kind == "array":
+        return Types.OBJECT_ARRAY(_avro_type_info(schema["items"], named))
+    if kind == "map":
+        return Types.MAP(Types.STRING(), _avro_type_info(schema["values"], named))
+    return _avro_type_info(kind, named)
+
+
+def _avro_to_row(value, schema, named: dict):
+    """A decoded Avro value as PyFlink gives it: a record as a ``Row`` named by its fields, a map as a
+    dict, an array as a list."""
     if isinstance(value, dict):
-        return Row.from_values(tuple(value), tuple(_avro_to_row(v) for v in value.values()))
-    if isinstance(value, list):
-        return [_avro_to_row(v) for v in value]
+        t = _avro_branch(schema, named, lambda b: _avro_kind(b) in ("record", "map")
+                         and (_avro_kind(b) == "map" or {f["name"] for f in b["fields"]} == set(value)))
+        if _avro_kind(t) == "map":
+            return {k: _avro_to_row(v, t["values"], named) for k, v in value.items()}
+        if _avro_kind(t) == "record":
+            return Row.from_values(tuple(f["name"] for f in t["fields"]),
+                                   tuple(_avro_to_row(value[f["name"]], f["type"], named) for f in t["fields"]))
+    elif isinstance(value, list):
+        t = _avro_branch(schema, named, lambda b: _avro_kind(b) == "array")
+        if t is not None:
+            return [_avro_to_row(v, t["items"], named) for v in value]
     return value
 
 
-def _row_to_avro(value):
-    if isinstance(value, Row) and value._fields is not None:
-        return {k: _row_to_avro(v) for k, v in zip(value._fields, value)}
-    if isinstance(value, list):
-        return [_row_to_avro(v) for v in value]
+def _row_to_avro(value, schema, named: dict):
+    """As Flink's AvroRowSerializationSchema: a row's fields fill the record's fields by position (the
+    row's own field names are not read), in nested records, arrays, maps and unions alike."""
     if isinstance(value, dict):
-        return {k: _row_to_avro(v) for k, v in value.items()}
+        t = _avro_branch(schema, named, lambda b: _avro_kind(b) in ("map", "record"))
+        if _avro_kind(t) == "map":
+            return {k: _row_to_avro(v, t["values"], named) for k, v in value.items()}
+        if _avro_kind(t) == "record":
+            return {f["name"]: _row_to_avro(value.get(f["name"]), f["type"], named) for f in t["fields"]}
+    elif isinstance(value, Row) or (isinstance(value, tuple) and not isinstance(value, (str, bytes))):
+        t = _avro_branch(schema, named, lambda b: _avro_kind(b) == "record")
+        if t is not None:
+            return {f["name"]: _row_to_avro(v, f["type"], named) for f, v in zip(t["fields"], value)}
+    elif isinstance(value, list):
+        t = _avro_branch(schema, named, lambda b: _avro_kind(b) in ("array", "record"))
+        if _avro_kind(t) == "array":
+            return [_row_to_avro(v, t["items"], named) for v in value]
+        if _avro_kind(t) == "record":
+            return {f["name"]: _row_to_avro(v, f["type"], named) for f, v in zip(t["fields"], value)}
     return value
 
 
@@ -586,19 +649,21 @@ class AvroRowDeserializationSchema(DeserializationSchema):
 
     def __init__(self, record_class: str = None, avro_schema_string: str = None):
         self.schema = _avro_schema(record_class, avro_schema_string, "AvroRowDeserializationSchema")
+        self.type_info = _avro_type_info(self.schema, self.schema["__named_schemas"])
 
     def parse(self, message: bytes) -> Row:
         import fastavro
 
         try:
-            return _avro_to_row(fastavro.schemaless_reader(io.BytesIO(message), self.schema, None))
+            record = fastavro.schemaless_reader(io.BytesIO(message), self.schema, None)
+            return _avro_to_row(record, self.schema, self.schema["__named_schemas"])
         except (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError) as exc:
             raise ParseError(f"not a record of Avro schema {self.schema.get('name')}: {type(exc).__name__}: {exc}") \
                 from None
 
 
 class AvroRowSerializationSchema(SerializationSchema):
-    """A ``Row`` (fields by the schema's names) → Avro binary, one record without container header."""
+    """A ``Row`` (its fields by position, as in Flink) → Avro binary, one record without container header."""
 
     def __init__(self, record_class: str = None, avro_schema_string: str = None):
         self.schema = _avro_schema(record_class, avro_schema_string, "AvroRowSerializationSchema")
@@ -607,9 +672,5 @@ class AvroRowSerializationSchema(SerializationSchema):
         import fastavro
 
         out = io.BytesIO()
-        record = _row_to_avro(value)
-        if not isinstance(record, dict):
-            names = [f["name"] for f in self.schema["fields"]]
-            record = dict(zip(names, _row_to_avro(list(value))))
-        fastavro.schemaless_writer(out, self.schema, record)
+        fastavro.schemaless_writer(out, self.schema, _row_to_avro(value, self.schema, self.schema["__named_schemas"]))
         return out.getvalue()

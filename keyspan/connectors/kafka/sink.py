@@ -244,8 +244,14 @@ class _StagingWriter:
         return {"staged": name, "epoch": self.epoch, "subtask": self.subtask, "records": len(self.records)}
 
 
+NONE_FLUSH_S = 30  # how long a NONE epoch waits for its records to leave; what is left may be lost
+
+
 class _DirectWriter:
-    """AT_LEAST_ONCE / NONE: produce while the task runs; AT_LEAST_ONCE waits for every acknowledgement."""
+    """AT_LEAST_ONCE / NONE: produce while the task runs, and hand every record to the broker before the
+    task ends; AT_LEAST_ONCE fails the epoch when one was not acknowledged, NONE does not. (Flink's NONE
+    flushes at the end of input: a bounded job's output is in the topic when ``execute()`` returns,
+    so a job started next reads it. An epoch cannot tell it is the last, so every epoch flushes.)"""
 
     def __init__(self, sink: KafkaSink, subtask: int):
         self.sink = sink
@@ -264,13 +270,10 @@ class _DirectWriter:
         _produce(self.producer, topic, key, data, self.on_delivery)
 
     def finish(self) -> None:
-        if self.wait:
-            left = self.producer.flush(120)
-            if left or self.errors:
-                raise IOError(f"kafka sink: {left} record(s) not acknowledged by {self.sink.bootstrap_servers} and "
-                              f"{len(self.errors)} failed ({'; '.join(self.errors[:3])}); the epoch runs again")
-        else:
-            self.producer.poll(0)
+        left = self.producer.flush(120 if self.wait else NONE_FLUSH_S)
+        if self.wait and (left or self.errors):
+            raise IOError(f"kafka sink: {left} record(s) not acknowledged by {self.sink.bootstrap_servers} and "
+                          f"{len(self.errors)} failed ({'; '.join(self.errors[:3])}); the epoch runs again")
         return None
 
 
