@@ -296,6 +296,27 @@ def test_csv_reader_format_reads_a_schema_s_typed_rows_and_sends_bad_rows_to_the
         (f"file://{folder}/a.csv line 6", "field 'score'"), (f"file://{folder}/a.csv line 7", "wrong field count")]
 
 
+def test_a_csv_reader_s_rows_print_as_flink_s_internal_rows_and_reach_functions_as_rows(env, tmp_path, capsys):
+    """Checked against PyFlink 2.3: CsvReaderFormat gives Java RowData, which print() shows as Java does;
+    a Python function gets a named Row."""
+    from keyspan.datastream.connectors import FileSource
+    from keyspan.datastream.formats.csv import CsvReaderFormat, CsvSchema
+    from keyspan.table import DataTypes
+
+    path = tmp_path / "in.csv"
+    path.write_text("ann,3,true\nbob,5,false\n")
+    schema = CsvSchema.builder().add_string_column("name").add_number_column("n", number_type=DataTypes.INT()) \
+        .add_boolean_column("ok").build()
+    source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(schema), str(path)).build()
+    rows = env.set_parallelism(1).from_source(source, WatermarkStrategy.no_watermarks(), "csv")
+    rows.print()
+    rows.map(lambda r: str(r)).print("str")
+    capsys.readouterr()
+    env.execute("csv-print")
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        "+I(ann,3,true)", "+I(bob,5,false)", "str> Row(name='ann', n=3, ok=True)", "str> Row(name='bob', n=5, ok=False)"]
+
+
 def test_csv_bulk_writer_writes_what_the_reader_reads_back(env, tmp_path):
     from keyspan.datastream.connectors import FileSink, FileSource
     from keyspan.datastream.formats.csv import CsvBulkWriters, CsvReaderFormat

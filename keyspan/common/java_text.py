@@ -13,7 +13,7 @@ import math
 from decimal import Decimal
 from functools import partial
 
-from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo
+from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowDataTypeInfo, RowTypeInfo, TupleTypeInfo
 
 
 def text_of(type_info):
@@ -34,6 +34,9 @@ def java_string(value, t) -> str:
     """``value`` of type ``t`` as the Java object Flink converts it to prints itself (``toString``)."""
     if value is None:
         return "null"
+    if isinstance(t, RowDataTypeInfo):
+        kind = getattr(value, "_row_kind", None)
+        return f"{kind or '+I'}(" + ",".join(map(java_string, value, t.field_types)) + ")"
     if isinstance(t, RowTypeInfo):
         kind = getattr(value, "_row_kind", None)
         return f"{kind or '+I'}[" + ", ".join(map(java_string, value, t.field_types)) + "]"

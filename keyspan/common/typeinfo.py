@@ -42,6 +42,12 @@ class RowTypeInfo(TypeInformation):
         return "ROW<" + ", ".join(f"{n}: {t!r}" for n, t in zip(self.field_names, self.field_types)) + ">"
 
 
+class RowDataTypeInfo(RowTypeInfo):
+    """Flink's internal row type (``InternalTypeInfo`` of ``RowData``): the records a table format's reader
+    gives, such as ``CsvReaderFormat``'s. Python functions get them as named ``Row``s, as rows of the
+    same fields; ``print()`` shows them as Java's ``GenericRowData`` does (``+I(ann,3,true)``)."""
+
+
 class TupleTypeInfo(TypeInformation):
     def __init__(self, field_types):
         self.field_types = list(field_types)

@@ -8,7 +8,7 @@ from functools import partial
 
 from keyspan.common.java_text import text_of
 from keyspan.common.java_values import collected_value, printed_row
-from keyspan.common.typeinfo import RowTypeInfo
+from keyspan.common.typeinfo import RowDataTypeInfo, RowTypeInfo
 
 
 class DriverSink:
@@ -37,7 +37,8 @@ class PrintSink(DriverSink):
     def deliver(self, records_by_subtask, parallelism):
         out = sys.stdout
         t = self.type_info
-        text = partial(printed_row, t=t) if isinstance(t, RowTypeInfo) else text_of(t)
+        rows = isinstance(t, RowTypeInfo) and not isinstance(t, RowDataTypeInfo)  # RowData prints as Java's
+        text = partial(printed_row, t=t) if rows else text_of(t)
         for subtask in sorted(records_by_subtask):
             prefix = ""
             if self.sink_identifier:

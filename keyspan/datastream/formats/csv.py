@@ -12,7 +12,7 @@ from keyspan.common.java_text import java_float
 from keyspan.common.serialization import (
     BulkWriterFactory, CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, from_text,
 )
-from keyspan.common.typeinfo import ListTypeInfo, Types
+from keyspan.common.typeinfo import ListTypeInfo, RowDataTypeInfo, Types
 from keyspan.common.types import Row
 from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.file_source import StreamFormat
@@ -202,7 +202,9 @@ class CsvReaderFormat(StreamFormat):
         return False
 
     def produced_type(self):
-        return self.schema.get_type_info()
+        """As in Flink, the reader gives internal rows (``RowData``) of the schema's columns."""
+        row = self.schema.get_type_info()
+        return RowDataTypeInfo(row.field_types, row.field_names)
 
     def parse(self, data: bytes, name: str = "<bytes>", poison=None) -> list:
         if poison is None:
