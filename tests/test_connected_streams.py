@@ -160,9 +160,10 @@ def test_keyed_co_process_join_with_shared_state_timers_and_min_watermark(env, w
     joined = (tx_stream.connect(profile_stream).key_by(lambda t: t[1], lambda p: p[0])
               .process(EnrichWithProfile()).uid("enrich"))
     side = joined.get_side_output(UNMATCHED)
-    collected = []
+    result, collected = [], []
+    joined.add_sink(_Collect(result))
     side.map(lambda tx_id: ("unmatched", tx_id)).add_sink(_Collect(collected))
-    result = joined.execute_and_collect()
+    env.execute("enrich")
     assert sorted(result) == sorted(expected)
     assert len(expected) == 50 and sorted(t for _, t in collected) == sorted(unmatched)
 

@@ -381,10 +381,11 @@ def test_lateness_is_judged_against_the_watermark_at_the_start_of_the_records_ep
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
     windows = env.from_collection(data).assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0]) \
         .window(TumblingEventTimeWindows.of(100)).side_output_late_data(tag).process(Contents())
-    late = Collect()
+    late, on_time = Collect(), Collect()
     windows.get_side_output(tag).add_sink(late.sink)
-    out = sorted(windows.execute_and_collect())
-    assert out == [(100, [100]), (200, [250, 260, 270]), (1000, [1000])]
+    windows.add_sink(on_time.sink)
+    env.execute("lateness")
+    assert sorted(on_time.items) == [(100, [100]), (200, [250, 260, 270]), (1000, [1000])]
     assert late.items == [("k", 150, "")]
 
 
@@ -399,10 +400,11 @@ def test_window_all_and_count_window_all_see_the_whole_stream(env):
     data = [(k, t, "") for k, t in [("a", 5), ("b", 15), ("c", 7), ("a", 12), ("b", 30)]]
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
     ds = env.from_collection(data).assign_timestamps_and_watermarks(strategy)
-    counts = Collect()
+    counts, totals = Collect(), Collect()
     ds.count_window_all(2).reduce(lambda a, b: (a[0] + b[0], a[1] + b[1], "")).add_sink(counts.sink)
-    out = sorted(ds.window_all(TumblingEventTimeWindows.of(10)).process(Total()).execute_and_collect())
-    assert out == [(0, 12), (10, 27), (30, 30)]
+    ds.window_all(TumblingEventTimeWindows.of(10)).process(Total()).add_sink(totals.sink)
+    env.execute("all-windows")
+    assert sorted(totals.items) == [(0, 12), (10, 27), (30, 30)]
     assert len(counts.items) == 2 and sorted(len(c[0]) for c in counts.items) == [2, 2]
 
 

@@ -335,20 +335,21 @@ class DataStream:
         return self.sink_to(PrintSink(sink_identifier))
 
     def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None):
-        """Run the job and return its results: with ``limit`` a list of the first ``limit`` records,
-        returned as soon as they arrive (the job is then cancelled, so an unbounded job works too);
-        without, a closeable iterator over all results of a bounded job."""
+        """Run this stream's job and return its results: with ``limit`` a list of the first ``limit``
+        records, returned as soon as they arrive (the job is then cancelled, so an unbounded job works
+        too); without, a closeable iterator over all results of a bounded job. As in PyFlink, the job is
+        this stream and what it reads: other operators built so far are dropped without running."""
         import time
 
         from keyspan.connectors.driver_sinks import CollectSink, CloseableIterator
 
         sink = CollectSink(self.get_type())
-        self.sink_to(sink)
+        collected = self.sink_to(sink)._t
         name = job_execution_name or "collect"
         if limit is None:
-            self._env._execute_fresh(name)
+            self._env._execute_fresh(name, collected)
             return CloseableIterator(sink.results())
-        client = self._env._start_async(name, fresh=True)
+        client = self._env._start_async(name, fresh=True, collected=collected)
         finished = client.get_job_execution_result()
         while not finished.done():
             if len(sink.results()) >= limit:

@@ -314,21 +314,25 @@ class StreamExecutionEnvironment:
         """keyspan: the job graph built so far, in the order it was built (what ``execute`` runs)."""
         return list(self._transformations)
 
-    def _take_transformations(self) -> list[Transformation]:
+    def _take_transformations(self, collected: Transformation | None = None) -> list[Transformation]:
         """The job graph, handed to the run that ``execute`` starts. As in PyFlink, the environment is
         then empty: the next ``execute`` runs what was built after this one, with the streams it reads
-        (a source this job ran runs again there), and none of this job's other operators."""
+        (a source this job ran runs again there), and none of this job's other operators.
+        ``execute_and_collect`` gives its collect sink: as in PyFlink, its job runs only that sink and
+        the streams it reads, and drops every other operator built so far, unrun."""
+        job = with_inputs([collected] if collected is not None else self._transformations)
         if not self._config.has_auto_generated_uids_enabled():
-            self._check_uids()
-        taken, self._transformations = self._transformations, []
-        return with_inputs(taken)
+            self._check_uids(job)
+        self._transformations = []
+        return job
 
-    def _check_uids(self) -> None:
+    @staticmethod
+    def _check_uids(job: list[Transformation]) -> None:
         """With ``get_config().disable_auto_generated_uids()``, every operator the job built needs a uid,
         as in Flink (the collect sink ``execute_and_collect`` adds holds no state and is left out)."""
         from keyspan.connectors.driver_sinks import CollectSink
 
-        for t in self._transformations:
+        for t in job:
             if t.kind not in VIRTUAL_KINDS and not t.uid and not isinstance(t.spec, CollectSink):
                 raise ValueError(
                     f"Auto generated UIDs have been disabled but no UID or hash has been assigned to operator "
@@ -389,7 +393,7 @@ class StreamExecutionEnvironment:
         """Start the job in a background thread; the ``JobClient`` follows and controls it."""
         return self._start_async(job_name, fresh=False)
 
-    def _start_async(self, job_name: str, fresh: bool):
+    def _start_async(self, job_name: str, fresh: bool, collected: Transformation | None = None):
         from concurrent.futures import Future
         import threading
 
@@ -397,7 +401,7 @@ class StreamExecutionEnvironment:
         from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import JobRunner
 
-        runner = JobRunner(self, self._take_transformations(), job_name, run_options.current(), fresh=fresh)
+        runner = JobRunner(self, self._take_transformations(collected), job_name, run_options.current(), fresh=fresh)
         done: Future = Future()
 
         def run():
@@ -408,12 +412,13 @@ class StreamExecutionEnvironment:
         threading.Thread(target=run, name=f"keyspan-{job_name}", daemon=True).start()
         return JobClient(runner, done)
 
-    def _execute_fresh(self, job_name: str) -> JobExecutionResult:
+    def _execute_fresh(self, job_name: str, collected: Transformation) -> JobExecutionResult:
         """``execute_and_collect`` hands results to this process only, so it never resumes an old run."""
         from keyspan.runtime import options as run_options
         from keyspan.runtime.executor import run_with_restarts
 
-        return run_with_restarts(self, self._take_transformations(), job_name, run_options.current(), fresh=True)
+        return run_with_restarts(self, self._take_transformations(collected), job_name, run_options.current(),
+                                 fresh=True)
 
     def get_execution_plan(self) -> str:
         """The job graph as JSON shaped like Flink's (``nodes`` with id, type, pact, contents,
