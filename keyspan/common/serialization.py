@@ -630,7 +630,7 @@ def _row_to_avro(value, schema, named: dict):
             return {k: _row_to_avro(v, t["values"], named) for k, v in value.items()}
         if _avro_kind(t) == "record":
             return {f["name"]: _row_to_avro(value.get(f["name"]), f["type"], named) for f in t["fields"]}
-    elif isinstance(value, Row) or (isinstance(value, tuple) and not isinstance(value, (str, bytes))):
+    elif isinstance(value, tuple):  # a Row or a plain tuple
         t = _avro_branch(schema, named, lambda b: _avro_kind(b) == "record")
         if t is not None:
             return {f["name"]: _row_to_avro(v, f["type"], named) for f, v in zip(t["fields"], value)}
