@@ -630,12 +630,9 @@ def _row_to_avro(value, schema, named: dict):
             return {k: _row_to_avro(v, t["values"], named) for k, v in value.items()}
         if _avro_kind(t) == "record":
             return {f["name"]: _row_to_avro(value.get(f["name"]), f["type"], named) for f in t["fields"]}
-    elif isinstance(value, tuple):  # a Row or a plain tuple
-        t = _avro_branch(schema, named, lambda b: _avro_kind(b) == "record")
-        if t is not None:
-            return {f["name"]: _row_to_avro(v, f["type"], named) for f, v in zip(t["fields"], value)}
-    elif isinstance(value, list):
-        t = _avro_branch(schema, named, lambda b: _avro_kind(b) in ("array", "record"))
+    elif isinstance(value, (tuple, list)):  # a Row, a tuple, or a list: an array or a record's fields
+        kinds = ("record",) if isinstance(value, tuple) else ("array", "record")
+        t = _avro_branch(schema, named, lambda b: _avro_kind(b) in kinds)
         if _avro_kind(t) == "array":
             return [_row_to_avro(v, t["items"], named) for v in value]
         if _avro_kind(t) == "record":

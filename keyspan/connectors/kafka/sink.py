@@ -282,16 +282,17 @@ def _safe(name: str) -> str:
 
 
 class KafkaSinkBuilder:
+    """As Flink's (and ``KafkaSourceBuilder``), ``set_bootstrap_servers`` sets the property
+    ``bootstrap.servers``: the last call that sets it wins."""
+
     def __init__(self):
-        self._bootstrap_servers = None
         self._serializer = None
         self._guarantee = DeliveryGuarantee.NONE
         self._prefix = "kafka-sink"
         self._properties: dict = {}
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> "KafkaSinkBuilder":
-        self._bootstrap_servers = bootstrap_servers
-        return self
+        return self.set_property("bootstrap.servers", bootstrap_servers)
 
     def set_delivery_guarantee(self, delivery_guarantee: DeliveryGuarantee) -> "KafkaSinkBuilder":
         self._guarantee = delivery_guarantee
@@ -317,9 +318,9 @@ class KafkaSinkBuilder:
         return self
 
     def build(self) -> KafkaSink:
-        servers = self._bootstrap_servers or self._properties.pop("bootstrap.servers", None)
+        servers = self._properties.get("bootstrap.servers")
         if not servers:
-            raise ValueError("KafkaSink needs set_bootstrap_servers(...)")
+            raise ValueError("KafkaSink needs set_bootstrap_servers(...) (or the property 'bootstrap.servers')")
         if self._serializer is None:
             raise ValueError("KafkaSink needs set_record_serializer(...)")
         return KafkaSink(servers, self._serializer, self._guarantee, self._prefix, self._properties)
