@@ -1,18 +1,23 @@
 """RuntimeExecutionMode: BATCH runs a bounded job as one epoch with the same results as STREAMING
 (event-time timers fire at the end of input); AUTOMATIC picks BATCH for bounded jobs; BATCH refuses
-an unbounded source; a keyed reduction emits only each key's final result in BATCH. Expected outputs
+an unbounded source; a keyed reduction emits only each key's final result in BATCH; at the end of
+input, BATCH fires every processing-time timer and STREAMING those already due. Expected outputs
 follow Flink's documented semantics: per-key running sums, and each key's event-time timer at its
-last timestamp + 1000 firing once the input ends."""
+last timestamp + 1000 firing once the input ends; the processing-time cases were checked on PyFlink
+2.3."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from keyspan.common import WatermarkStrategy
+from keyspan.common import Time, WatermarkStrategy
 from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import KeyedProcessFunction, SinkFunction, StreamExecutionEnvironment
 from keyspan.datastream.execution_mode import RuntimeExecutionMode
 from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.window import TumblingProcessingTimeWindows
 from keyspan.runtime.executor import JobExecutionError
 
 RECORDS = [(f"k{i % 7}", i % 5, 1000 + i * 10) for i in range(300)]
@@ -135,3 +140,57 @@ def test_set_runtime_mode_checks_its_argument():
     with pytest.raises(TypeError, match="RuntimeExecutionMode"):
         env.set_runtime_mode("BATCH")
     assert env.set_runtime_mode(RuntimeExecutionMode.BATCH) is env
+
+
+HOUR = 3_600_000
+
+
+class ProcessingTimers(KeyedProcessFunction):
+    """Per record (one per key): processing-time timers 1 ms and 1 hour ahead. ``periodic``: a timer
+    that fires registers the next one 1 ms after it."""
+
+    def __init__(self, periodic: bool):
+        self.periodic = periodic
+
+    def process_element(self, value, ctx):
+        now = ctx.timer_service().current_processing_time()
+        ctx.timer_service().register_processing_time_timer(now + 1)
+        ctx.timer_service().register_processing_time_timer(now + HOUR)
+        return iter(())
+
+    def on_timer(self, timestamp, ctx):
+        if self.periodic:
+            ctx.timer_service().register_processing_time_timer(timestamp + 1)
+        yield ctx.get_current_key()
+
+
+def test_streaming_fires_the_processing_time_timers_due_when_bounded_input_ends(workdir):
+    """The last epoch's timers 1 ms ahead are due by the time the input ends, so they fire, as
+    they do in a Flink job that is still running then; those an hour ahead are dropped."""
+    keys = [f"k{i}" for i in range(20)]
+    fired = []
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_max_records_per_epoch(5)
+    env.from_collection(keys).key_by(lambda k: k).process(ProcessingTimers(periodic=False)).uid("timers") \
+        .add_sink(Collect(fired))
+    env.execute("due-processing-timers")
+    assert sorted(fired) == sorted(keys)
+
+
+def test_batch_fires_every_processing_time_timer_and_window_when_the_input_ends(workdir):
+    """Flink's batch runtime ends processing time with the input: every processing-time timer fires,
+    an hour ahead or not, and processing-time windows fire too. Timers registered while they fire are
+    ignored, so a periodic timer cannot keep the job running."""
+    keys = [f"k{i}" for i in range(20)]
+    fired, sums = [], []
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    source = env.from_collection([(k, i) for i, k in enumerate(keys)])
+    source.key_by(lambda r: r[0]).process(ProcessingTimers(periodic=True)).uid("timers").add_sink(Collect(fired))
+    day = 86_400_000
+    offset = (int(time.time() * 1000) + day // 2) % day  # the day-long window holding "now" ends in about 12 hours
+    source.key_by(lambda r: len(r[0])).window(TumblingProcessingTimeWindows.of(Time.days(1), Time.milliseconds(offset))) \
+        .reduce(lambda a, b: (a[0], a[1] + b[1])).uid("hourly").map(lambda r: (len(r[0]), r[1])).add_sink(Collect(sums))
+    env.execute("batch-processing-timers")
+    assert sorted(fired) == sorted(keys * 2)
+    assert sorted(sums) == [(2, sum(range(10))), (3, sum(range(10, 20)))]

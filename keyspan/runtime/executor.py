@@ -177,6 +177,7 @@ class JobRunner:
         self.run_info: dict | None = None  # this run's row of the metadata store
         self.parallel_changed = False  # the first epoch after a parallelism change writes full snapshots
         self.timers_held = True  # whether the last committed epoch's keyed operators held timers (unknown yet)
+        self.next_processing_timer: int | None = None  # the earliest one the last committed epoch left pending
         self.coordinator: CheckpointCoordinator | None = None
         self.stages: SparkStages | None = None
         self.observer: JobObserver | None = None
@@ -774,8 +775,9 @@ class JobRunner:
     def _end_of_input(self) -> None:
         """Bounded input that ended without every watermark origin seeing its end (a ``from_spark``
         source's offsets cannot tell): one more epoch without records, with every watermark at
-        Long.MAX, fires the remaining event-time timers and windows (a bounded run whose keyed
-        operators hold no timers skips it: it would fire nothing). The run's Spark batches shift
+        Long.MAX, fires the remaining event-time timers and windows, and the processing-time timers
+        already due (in BATCH mode all of them; a bounded run whose keyed operators hold no such timers
+        skips it). The run's Spark batches shift
         by one first, so a resumed run never maps a batch onto this epoch."""
         self.store.shift_epoch_base(self.run_info["run_id"], 1)
         self.run_info["epoch_base"] += 1
@@ -786,8 +788,15 @@ class JobRunner:
         self._await_commit()
 
     def _input_end_pending(self) -> bool:
+        """Whether the end of a bounded input has timers left to fire: event-time ones, which the
+        final watermark makes due, and processing-time ones already due. As in Flink, processing-time
+        timers still in the future are dropped when the input ends, except in BATCH mode, where they
+        all fire."""
         if self.committed is None or not self.timers_held or not any(s.plan.keyed for s in self.plan.stages):
             return False
+        pending = self.next_processing_timer
+        if pending is not None and (self.batch or pending <= wall_clock_ms()):
+            return True
         marks = self.committed.get("event_time") or {}
         return any(marks.get(uid, {}).get("wm") != LONG_MAX for uid in self.plan.origins)
 
@@ -884,7 +893,7 @@ class JobRunner:
         splits = {uid: names for uid, o in self.plan.origins.items() if o["source"] in readers
                   and (names := readers[o["source"]].splits((offsets or {}).get(str(o["source"])))) is not None}
         return TimeContext(origins=self.plan.origins, state=(self.committed or {}).get("event_time") or {},
-                           now=wall_clock_ms(), finished=finished, splits=splits)
+                           now=wall_clock_ms(), finished=finished, splits=splits, batch=self.batch)
 
     def _wake_file(self) -> str:
         return os.path.join(os.path.abspath(self.options.workdir), "wake", f"{self.job_id}.json")
@@ -956,6 +965,8 @@ class JobRunner:
         self.recent_tokens.pop(epoch - RECENT_TOKEN_EPOCHS, None)
         self.parallel_changed = False
         self.timers_held = any(r.timers for r in reports.values())
+        self.next_processing_timer = min((r.next_timer for r in reports.values() if r.next_timer is not None),
+                                         default=None)
         self.stages.checkpointed(offsets)
         self.observer.committed(epoch, reports)
         if self.rescaling is not None:

@@ -32,6 +32,7 @@ class TimeContext:
     now: int  # the epoch's wall-clock time (ms)
     finished: list[str]  # origins whose whole input is read by the end of this epoch
     splits: dict[str, list] = field(default_factory=dict)  # origin uid → the split names its source reads this epoch
+    batch: bool = False  # BATCH execution mode: where the input has ended, processing time ends too
 
 
 @dataclass(frozen=True)

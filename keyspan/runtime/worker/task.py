@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from keyspan.checkpoint.handles import TaskReport
 from keyspan.common import garbage
-from keyspan.common.clock import wall_clock_ms
+from keyspan.common.clock import LONG_MAX, wall_clock_ms
 from keyspan.common.types import named_row_class, packed_rows
 from keyspan.connectors.sources import SplitChunk
 from keyspan.datastream.functions import TimeDomain
@@ -378,7 +378,9 @@ class StageTask(OperatorChain):
 
     def _fire_timers(self, watermark: int | None = None):
         """Fire the keyed operator's timers that the watermark (by default the one after this epoch,
-        computed from every upstream origin's report) or the wall clock has passed, in timestamp order."""
+        computed from every upstream origin's report) or the wall clock has passed, in timestamp order.
+        In BATCH mode the end of the input ends processing time too: every processing-time timer fires
+        after the event-time ones, and timers those register are ignored, as in Flink's batch runtime."""
         inst, op, emit, ctx = self.keyed_emit
         timers = inst.timers
         if not (inst.fires_timers or timers.active):
@@ -387,6 +389,7 @@ class StageTask(OperatorChain):
             watermark = event_time.watermark_of(self._time_after_epoch(), op.origins)
         timers.watermark = watermark
         inst.backend.current_watermark = watermark
+        timers.processing_ended = self.ctx.time.batch and watermark == LONG_MAX
         backend = inst.backend
 
         def describe(ts):
@@ -395,34 +398,37 @@ class StageTask(OperatorChain):
         on_timer = emitting(op, self.subtask, inst.function.on_timer, emit, describe=describe)
         fire_window_ends = getattr(inst.function, "event_time_firing", None)
         cell = self.ts_cell
-        while True:
-            domain = TimeDomain.EVENT_TIME
-            if fire_window_ends is not None:  # a window operator fires its windows' ends itself
+        try:
+            while True:
+                domain = TimeDomain.EVENT_TIME
+                if fire_window_ends is not None:  # a window operator fires its windows' ends itself
+                    ctx.domain = domain
+                    try:
+                        more = fire_window_ends(timers, watermark, ctx, emit, FIRING_BATCH)
+                    except UserFunctionError:
+                        raise
+                    except Exception as exc:
+                        raise user_error(op, self.subtask, exc, method=describe(ctx.firing)) from exc
+                    if self._buffered() >= FLUSH_RECORDS:
+                        self._flush_exits()
+                    if more:
+                        continue
+                    ts = None
+                else:
+                    ts = timers.pop_due(EVENT_TIME, watermark)
+                if ts is None:
+                    domain = TimeDomain.PROCESSING_TIME
+                    ts = timers.pop_due(PROCESSING_TIME, LONG_MAX if timers.processing_ended else wall_clock_ms())
+                    if ts is None:
+                        return
                 ctx.domain = domain
-                try:
-                    more = fire_window_ends(timers, watermark, ctx, emit, FIRING_BATCH)
-                except UserFunctionError:
-                    raise
-                except Exception as exc:
-                    raise user_error(op, self.subtask, exc, method=describe(ctx.firing)) from exc
+                ctx.firing = ts
+                cell[0] = ts if domain is TimeDomain.EVENT_TIME else None
+                on_timer(ts, ctx)
                 if self._buffered() >= FLUSH_RECORDS:
                     self._flush_exits()
-                if more:
-                    continue
-                ts = None
-            else:
-                ts = timers.pop_due(EVENT_TIME, watermark)
-            if ts is None:
-                domain = TimeDomain.PROCESSING_TIME
-                ts = timers.pop_due(PROCESSING_TIME, wall_clock_ms())
-                if ts is None:
-                    return
-            ctx.domain = domain
-            ctx.firing = ts
-            cell[0] = ts if domain is TimeDomain.EVENT_TIME else None
-            on_timer(ts, ctx)
-            if self._buffered() >= FLUSH_RECORDS:
-                self._flush_exits()
+        finally:
+            timers.processing_ended = False
 
     def _time_after_epoch(self) -> dict:
         """The origins' time state after this epoch: what the driver will commit, computed from the

@@ -36,6 +36,7 @@ class TimerService(timerservice.TimerService):
         self._stale_until_rebuild = 0
         self.watermark = LONG_MIN
         self.fired_namespaces = None  # the namespaces of the timer ``pop_due`` returned last
+        self.processing_ended = False  # BATCH mode's end of input: no processing-time timer is registered
 
     # -- the user's view --------------------------------------------------------------------------
     def current_processing_time(self) -> int:
@@ -109,6 +110,8 @@ class TimerService(timerservice.TimerService):
         """Make the current key's timer at (``domain``, ``timestamp``) hold ``namespaces``, deleted if they
         are empty. ``new``: there is no such timer (``timer_namespaces`` gave None), so it is registered."""
         timestamp = _check_timestamp(timestamp)
+        if new and domain == PROCESSING_TIME and self.processing_ended:
+            return
         state = self._timer_state()
         entry = (domain, timestamp)
         if not namespaces:
@@ -154,6 +157,8 @@ class TimerService(timerservice.TimerService):
 
     def _register(self, domain: int, timestamp) -> None:
         timestamp = _check_timestamp(timestamp)
+        if domain == PROCESSING_TIME and self.processing_ended:
+            return
         state = self._timer_state()
         entry = (domain, timestamp)
         if state.contains(entry):
