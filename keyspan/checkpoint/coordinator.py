@@ -35,6 +35,11 @@ class CheckpointFailed(RuntimeError):
     """Checkpoints failed more often in a row than the job tolerates."""
 
 
+class PublishFailed(RuntimeError):
+    """A sink could not publish the output of a checkpoint that committed: the output stays staged and
+    is published when the job runs again (``publish_pending``)."""
+
+
 def collect_reports(rows: list[bytes]) -> dict[tuple[int, int], TaskReport]:
     """(stage, subtask) → that task's report, following forwarded upstream reports."""
     reports: dict[tuple[int, int], TaskReport] = {}
@@ -124,9 +129,9 @@ class CheckpointCoordinator:
         self.expected = expected
         self.counted = counted
         self.sinks = sinks
-        for sink in sinks.values():
+        for uid, sink in sinks.items():
             if hasattr(sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
-                sink.use_checkpoint_storage(storage)
+                sink.use_checkpoint_storage(storage, uid)
         self.operators = operators
         self.committed = committed  # the latest committed checkpoint (a metadata row)
         self.retention = Retention(store, storage, job_id, retained)
@@ -234,7 +239,10 @@ class CheckpointCoordinator:
             if sink is None:
                 raise CheckpointFailed(f"checkpoint {checkpoint['epoch']} has output of sink '{uid}', which is no "
                                        "longer in the job; it cannot be published")
-            sink.publish(handles)
+            try:
+                sink.publish(handles)
+            except Exception as exc:
+                raise PublishFailed(str(exc)) from exc
         self.store.mark_published(self.job_id, checkpoint["epoch"])
 
     def end_of_input(self) -> None:

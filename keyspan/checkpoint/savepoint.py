@@ -15,7 +15,7 @@ import uuid
 
 from keyspan.checkpoint import integrity, statefile
 from keyspan.checkpoint.handles import is_catch_up
-from keyspan.io.storage import Storage
+from keyspan.io.storage import Storage, safe_name
 
 FORMAT = "keyspan-savepoint/1"
 METADATA = "_metadata.json"
@@ -39,7 +39,7 @@ def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, 
         copied = []
         for h in (h for h in handles if not is_catch_up(h)):
             src_storage, src_rel = statefile.resolve(job_storage, h["path"])
-            rel = posixpath.join("state", _safe(uid), posixpath.basename(src_rel))
+            rel = posixpath.join("state", safe_name(uid), posixpath.basename(src_rel))
             src_storage.copy_file(src_rel, target, rel)  # in pieces: a large state file is never held whole
             copied.append({**h, "path": rel})
         state[uid] = copied
@@ -136,21 +136,17 @@ def restored_manifest(metadata: dict) -> dict[str, list[dict]]:
             for uid, handles in metadata["state"].items()}
 
 
-def _safe(uid: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
-
-
 # --- savepoints written by the State Processor API -------------------------------------------------
 
 def write_state_file(target_uri: str, uid: str, name: str, sections, meta: dict | None = None) -> dict:
     """One key-group state file of a savepoint being written (``statefile`` format, path relative to
     the savepoint); returns path, size and checksum for its handle."""
-    return statefile.write(Storage(target_uri), posixpath.join("state", _safe(uid), name), sections, meta)
+    return statefile.write(Storage(target_uri), posixpath.join("state", safe_name(uid), name), sections, meta)
 
 
 def write_operator_state_file(target_uri: str, uid: str, name: str, payload: bytes) -> dict:
     """One operator subtask's operator state (a file with the one non-key-group section)."""
-    return statefile.write_section(Storage(target_uri), posixpath.join("state", _safe(uid), name), payload,
+    return statefile.write_section(Storage(target_uri), posixpath.join("state", safe_name(uid), name), payload,
                                    meta={"kind": "operator"})
 
 
@@ -170,7 +166,7 @@ def write_derived_savepoint(target_uri: str, *, state: dict[str, list[dict]], op
         for h in handles:
             if "://" in h["path"]:
                 src_storage, src_rel = statefile.resolve(target, h["path"])
-                rel = posixpath.join("state", _safe(uid), posixpath.basename(src_rel))
+                rel = posixpath.join("state", safe_name(uid), posixpath.basename(src_rel))
                 src_storage.copy_file(src_rel, target, rel)
                 h = {**h, "path": rel}
             placed[uid].append(h)

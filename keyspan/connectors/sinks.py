@@ -1,6 +1,11 @@
-"""The base of sinks that write in the job's tasks (PyFlink's ``pyflink.datastream.connectors.Sink``)."""
+"""The base of sinks that write in the job's tasks (PyFlink's ``pyflink.datastream.connectors.Sink``),
+and the staged output of the exactly-once ones."""
 
 from __future__ import annotations
+
+import uuid
+
+from keyspan.io import serde
 
 
 class Sink:
@@ -23,3 +28,50 @@ class Sink:
 
     def end_of_input(self) -> None:
         """A sink that ``compacts``: a bounded job ended, so whatever output waits becomes visible."""
+
+
+class StagingWriter:
+    """An exactly-once sink's task: the epoch's records, serialized, staged in the job's checkpoint
+    storage under a name unique to the attempt, for the driver to publish after the commit."""
+
+    def __init__(self, staging, serialize, subtask: int, epoch: int, token: str, what: str):
+        self.staging = staging
+        self.serialize = serialize
+        self.subtask = subtask
+        self.epoch = epoch
+        self.token = token
+        self.what = what
+        self.records: list = []
+
+    def write(self, value) -> None:
+        self.records.append(self.serialize(value))
+
+    def finish(self) -> dict | None:
+        if not self.records:
+            return None
+        if self.staging is None:
+            raise RuntimeError(f"{self.what}: exactly-once output needs the job's checkpoint storage to stage it")
+        name = f"e{self.epoch:010d}-s{self.subtask:04d}-{self.token}"
+        self.staging.write(name, serde.dumps(self.records))
+        return {"staged": name, "epoch": self.epoch, "subtask": self.subtask, "records": len(self.records)}
+
+
+def staged_records(staging, handles: list[dict]):
+    """The records of an epoch's handles, subtask by subtask, in the order the tasks wrote them."""
+    for h in sorted(handles, key=lambda h: (h["subtask"], h["staged"])):
+        yield from serde.loads(staging.read(h["staged"]))
+
+
+def incarnation(staging) -> str:
+    """Names this life of the job's checkpoints: ``--fresh`` (or a restore) starts epochs over, and an
+    epoch number published by an earlier life must not hide the new one's output."""
+    if not staging.exists("incarnation"):
+        staging.write("incarnation", uuid.uuid4().hex.encode())
+    return staging.read("incarnation").decode()
+
+
+def clean_up_to(staging, epoch: int) -> None:
+    """Staged files of published epochs, and of failed attempts of them, are no longer needed."""
+    for name in staging.list(""):
+        if name.startswith("e") and name[1:11].isdigit() and int(name[1:11]) <= epoch:
+            staging.delete(name)

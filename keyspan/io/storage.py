@@ -55,6 +55,11 @@ _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTi
 STREAM_CHUNK = 8 << 20
 
 
+def safe_name(name: str) -> str:
+    """A user's name (an operator uid, a transactional id) as one folder name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
 class StorageError(IOError):
     """An operation on a storage file failed after every attempt; the message names the file's URL
     (also in ``.url``) and the cause is the last error."""

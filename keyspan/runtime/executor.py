@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from sqlalchemy.exc import OperationalError
 
 from keyspan.checkpoint import integrity
-from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, storage_failure
+from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, PublishFailed, storage_failure
 from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore
 from keyspan.checkpoint.savepoint import (
     SavepointError,
@@ -732,6 +732,10 @@ class JobRunner:
             raise exc
         if isinstance(exc, (CheckpointFailed, Fenced)):
             raise JobExecutionError(f"{exc}\nfull trace: {log}") from None
+        if isinstance(exc, PublishFailed):
+            raise JobExecutionError(f"job '{self.job_id}' failed: {exc}\nThe epoch's checkpoint is committed and "
+                                    "its output is kept: running the job again publishes it first.\n"
+                                    f"full trace: {log}") from None
         raise JobExecutionError(f"job '{self.job_id}' failed: {_summary(exc)}\nNo state or output of the failing "
                                 f"epoch was committed; running the job again resumes from the last checkpoint."
                                 f"\nfull trace: {log}") from None

@@ -18,9 +18,9 @@ import posixpath
 import sys
 from enum import Enum
 
-from keyspan.connectors.sinks import Sink
 from keyspan.connectors.kafka.clients import CLIENT_LOG, owned, release, shared_producer
-from keyspan.io import serde
+from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records
+from keyspan.io.storage import safe_name
 
 STAGING = "kafka-staging"
 
@@ -126,9 +126,9 @@ class KafkaSink(Sink):
     def builder() -> "KafkaSinkBuilder":
         return KafkaSinkBuilder()
 
-    def use_checkpoint_storage(self, storage) -> None:
+    def use_checkpoint_storage(self, storage, uid: str) -> None:
         """The runtime hands the job's checkpoint storage to the sink (tasks and driver alike)."""
-        self.staging = storage.child(posixpath.join(STAGING, _safe(self.transactional_id_prefix)))
+        self.staging = storage.child(posixpath.join(STAGING, safe_name(self.transactional_id_prefix)))
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -145,7 +145,7 @@ class KafkaSink(Sink):
     # -- tasks -----------------------------------------------------------------------------------------
     def create_writer(self, subtask: int, epoch: int, token: str):
         if self.delivery_guarantee == DeliveryGuarantee.EXACTLY_ONCE:
-            return _StagingWriter(self, subtask, epoch, token)
+            return StagingWriter(self.staging, self.serializer.serialize, subtask, epoch, token, "kafka sink")
         return _DirectWriter(self, subtask)
 
     # -- the driver, after the checkpoint committed ---------------------------------------------------------
@@ -158,15 +158,6 @@ class KafkaSink(Sink):
         """The partition whose committed offset (in ``marker_group``) records the published epoch."""
         return self.serializer.topic or f"{self.transactional_id_prefix}.keyspan-published"
 
-    def _incarnation(self) -> str:
-        """Names this life of the job's checkpoints: ``--fresh`` (or a restore) starts epochs over, and
-        an epoch number published by an earlier life must not hide the new one's output."""
-        import uuid
-
-        if not self.staging.exists("incarnation"):
-            self.staging.write("incarnation", uuid.uuid4().hex.encode())
-        return self.staging.read("incarnation").decode()
-
     def _open_publisher(self):
         from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -175,10 +166,10 @@ class KafkaSink(Sink):
         producer.init_transactions(30)  # fences a killed driver's producer and aborts its open transaction
         group = owned(Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.marker_group,
                                 "enable.auto.commit": False, "logger": CLIENT_LOG}))
-        incarnation = self._incarnation()
+        life = incarnation(self.staging)
         mark = group.committed([TopicPartition(self.marker_topic, 0)], timeout=30)[0]
-        published = mark.offset - 1 if mark.offset >= 0 and mark.metadata == incarnation else -1
-        self._publisher = [producer, group, published, incarnation]
+        published = mark.offset - 1 if mark.offset >= 0 and mark.metadata == life else -1
+        self._publisher = [producer, group, published, life]
         return self._publisher
 
     def publish(self, handles: list[dict]) -> None:
@@ -186,23 +177,22 @@ class KafkaSink(Sink):
             return
         from confluent_kafka import TopicPartition
 
-        producer, group, published, incarnation = self._publisher or self._open_publisher()
+        producer, group, published, life = self._publisher or self._open_publisher()
         epoch = handles[0]["epoch"]
         if epoch > published:
             producer.begin_transaction()
             try:
-                for h in sorted(handles, key=lambda h: (h["subtask"], h["staged"])):
-                    for topic, key, value in serde.loads(self.staging.read(h["staged"])):
-                        _produce(producer, topic, key, value)
+                for topic, key, value in staged_records(self.staging, handles):
+                    _produce(producer, topic, key, value)
                 producer.send_offsets_to_transaction([TopicPartition(self.marker_topic, 0, epoch + 1,
-                                                                     metadata=incarnation)],
+                                                                     metadata=life)],
                                                      group.consumer_group_metadata(), 60)
                 producer.commit_transaction(120)
             except BaseException:
                 self._abort(producer)
                 raise
             self._publisher[2] = epoch
-        self._clean_up_to(epoch)
+        clean_up_to(self.staging, epoch)
 
     def _abort(self, producer) -> None:
         try:
@@ -212,36 +202,6 @@ class KafkaSink(Sink):
         if self._publisher is not None:
             release(*self._publisher[:2])  # the next publish opens them again, fencing this producer
         self._publisher = None
-
-    def _clean_up_to(self, epoch: int) -> None:
-        """Staged files of published epochs, and of failed attempts of them, are no longer needed."""
-        for name in self.staging.list(""):
-            if name.startswith("e") and name[1:11].isdigit() and int(name[1:11]) <= epoch:
-                self.staging.delete(name)
-
-
-class _StagingWriter:
-    """EXACTLY_ONCE: the task's serialized records, staged under a name unique to the attempt."""
-
-    def __init__(self, sink: KafkaSink, subtask: int, epoch: int, token: str):
-        self.sink = sink
-        self.serialize = sink.serializer.serialize
-        self.subtask = subtask
-        self.epoch = epoch
-        self.token = token
-        self.records: list = []
-
-    def write(self, value) -> None:
-        self.records.append(self.serialize(value))
-
-    def finish(self) -> dict | None:
-        if not self.records:
-            return None
-        if self.sink.staging is None:
-            raise RuntimeError("kafka sink: EXACTLY_ONCE needs the job's checkpoint storage to stage output")
-        name = f"e{self.epoch:010d}-s{self.subtask:04d}-{self.token}"
-        self.sink.staging.write(name, serde.dumps(self.records))
-        return {"staged": name, "epoch": self.epoch, "subtask": self.subtask, "records": len(self.records)}
 
 
 NONE_FLUSH_S = 30  # how long a NONE epoch waits for its records to leave; what is left may be lost
@@ -275,10 +235,6 @@ class _DirectWriter:
             raise IOError(f"kafka sink: {left} record(s) not acknowledged by {self.sink.bootstrap_servers} and "
                           f"{len(self.errors)} failed ({'; '.join(self.errors[:3])}); the epoch runs again")
         return None
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
 class KafkaSinkBuilder:

@@ -223,7 +223,7 @@ class OperatorChain:
             return process
         if kind == OperatorKind.SINK:
             if hasattr(op.sink, "use_checkpoint_storage"):  # a sink that stages its output with the checkpoint
-                op.sink.use_checkpoint_storage(self.ctx.storage)
+                op.sink.use_checkpoint_storage(self.ctx.storage, op.uid)
             writer = op.sink.create_writer(self.subtask, self.ctx.epoch, self.token)
             self.sink_writers[op.index] = writer
             if hasattr(writer, "write_columns"):  # a writer that takes a columnar operator's output as is
