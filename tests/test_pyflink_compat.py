@@ -421,13 +421,14 @@ def test_the_connectors_package_has_pyflink_s_names_and_names_the_connectors_key
     from keyspan.datastream.connectors.kafka import FlinkKafkaConsumer, KafkaSink, KafkaSource
 
     assert (connectors.KafkaSource, connectors.FlinkKafkaConsumer) == (KafkaSource, FlinkKafkaConsumer)
-    assert all(issubclass(c, connectors.Sink) for c in (connectors.FileSink, connectors.StreamingFileSink, KafkaSink))
+    assert all(issubclass(c, connectors.Sink) for c in (connectors.FileSink, connectors.StreamingFileSink, KafkaSink,
+                                                        connectors.JdbcSink))
     assert issubclass(KafkaSource, connectors.Source)
     assert set(connectors.__all__) <= set(dir(connectors))
-    with pytest.raises(ImportError, match="not supported by keyspan: keyspan.datastream.connectors.JdbcSink; write with "
+    with pytest.raises(ImportError, match="not supported by keyspan: keyspan.datastream.connectors.RMQSink; write with "
                                           "add_sink"):
-        from keyspan.datastream.connectors import JdbcSink  # noqa: F401
-    for module, instead in [("jdbc", "add_sink"), ("kinesis", "env.from_spark"), ("pulsar", "env.from_spark"),
+        from keyspan.datastream.connectors import RMQSink  # noqa: F401
+    for module, instead in [("kinesis", "env.from_spark"), ("pulsar", "env.from_spark"),
                             ("rabbitmq", "add_sink"), ("elasticsearch", "add_sink"), ("cassandra", "add_sink"),
                             ("dynamic_kafka", "set_topic_pattern"), ("hybrid_source", "union")]:
         with pytest.raises(ImportError, match=rf"not supported by keyspan: keyspan.datastream.connectors.{module};.*{instead}"):

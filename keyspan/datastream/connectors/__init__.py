@@ -17,18 +17,19 @@ from keyspan.datastream.connectors.file_system import (
     StreamFormat,
     StreamingFileSink,
 )
+from keyspan.datastream.connectors.jdbc import JdbcConnectionOptions, JdbcExecutionOptions, JdbcSink
 from keyspan.datastream.connectors.kafka import (
     FlinkKafkaConsumer, FlinkKafkaProducer, KafkaRecordDeserializationSchema, KafkaSource, Semantic,
 )
 from keyspan.datastream.connectors.number_seq import NumberSequenceSource
 
 __all__ = ["BucketAssigner", "DeliveryGuarantee", "FileEnumeratorProvider", "FileSink", "FileSource", "FileSourceBuilder",
-           "FileSplitAssignerProvider", "FlinkKafkaConsumer", "FlinkKafkaProducer", "KafkaRecordDeserializationSchema", "KafkaSource", "NumberSequenceSource",
+           "FileSplitAssignerProvider", "FlinkKafkaConsumer", "FlinkKafkaProducer", "JdbcConnectionOptions",
+           "JdbcExecutionOptions", "JdbcSink", "KafkaRecordDeserializationSchema", "KafkaSource", "NumberSequenceSource",
            "OutputFileConfig", "RollingPolicy", "Semantic", "Sink", "Source", "StreamFormat", "StreamingFileSink"]
 
 # the connectors PyFlink installs here that keyspan does not have
 __getattr__ = _module_getattr("keyspan.datastream.connectors", {
-    **dict.fromkeys(["JdbcSink", "JdbcConnectionOptions", "JdbcExecutionOptions"], INSTEAD_OF_A_SINK),
     **dict.fromkeys(["PulsarSource", "PulsarSourceBuilder", "StartCursor", "StopCursor", "RMQSource",
                      "RMQConnectionConfig"], INSTEAD_OF_A_SOURCE),
     "RMQSink": INSTEAD_OF_A_SINK,

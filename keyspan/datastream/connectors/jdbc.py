@@ -1,5 +1,5 @@
-"""PyFlink's ``pyflink.datastream.connectors.jdbc`` wraps Flink's JDBC sink, which keyspan does not have."""
+"""PyFlink's ``pyflink.datastream.connectors.jdbc``: ``JdbcSink`` writes exactly once (docs/jdbc.md)."""
 
-from keyspan.common.unsupported import INSTEAD_OF_A_SINK, unsupported_module
+from keyspan.connectors.jdbc import JdbcConnectionOptions, JdbcExecutionOptions, JdbcSink
 
-raise unsupported_module("keyspan.datastream.connectors.jdbc", INSTEAD_OF_A_SINK)
+__all__ = ["JdbcSink", "JdbcConnectionOptions", "JdbcExecutionOptions"]
