@@ -135,10 +135,9 @@ class JdbcSink(Sink):
     def __init__(self, sql: str, type_info, connection_options: JdbcConnectionOptions,
                  execution_options: JdbcExecutionOptions):
         self.sql = sql
-        self.type_info = type_info
         self.connection_options = connection_options
         self.execution_options = execution_options
-        self.fields = len(type_info.get_field_types())
+        self.fields = len(type_info.get_field_types())  # the statement's parameters
         self.uid = None
         self.staging = None  # the job's checkpoint storage, where tasks stage their rows
         self._engine = None  # driver side
