@@ -141,8 +141,9 @@ def test_an_epoch_is_written_once_however_often_it_is_published(tmp_path, databa
 
 def test_a_database_that_refuses_the_rows_fails_the_job_and_the_next_run_writes_them_once(env, tmp_path):
     """The first run's table is missing: the checkpoint commits, the write fails, and the job fails saying
-    its output is kept. With the table created, the next run resumes, writes the waiting epoch first, then
-    the rest: the table is what a run without the failure writes."""
+    its output is kept. A restart tries that epoch first and fails the same way. With the table created,
+    the next run writes the waiting epoch, then the rest: the table is what a run without the failure
+    writes."""
     from keyspan.runtime.executor import JobExecutionError
 
     url = f"sqlite:///{tmp_path}/out.db"
@@ -172,6 +173,9 @@ def test_a_database_that_refuses_the_rows_fails_the_job_and_the_next_run_writes_
     message = str(failure.value)
     assert "JDBC sink 'counts' could not write epoch 0" in message and "no such table: counts" in message
     assert "checkpoint is committed and its output is kept" in message and "fix the table" in message
+    build()
+    with pytest.raises(JobExecutionError, match="could not write epoch 0 .* no such table: counts"):
+        env.execute("jdbc-refused")  # the restart tries the waiting epoch first, and fails the same way
     _create_table(url)
     build()
     env.execute("jdbc-refused")

@@ -453,7 +453,10 @@ class JobRunner:
                      if s.source is not None or s.plan.input_format == InputFormat.TYPED_KEYED},
             sinks=plan.task_sinks, operators=plan.operators, committed=latest, lease=self.lease,
             job_name=self.job_name, signing_key=self.signing_key)
-        self.coordinator.publish_pending()
+        try:
+            self.coordinator.publish_pending()
+        except PublishFailed as exc:
+            self._fail(exc)
         self.observer = JobObserver(self)
 
         dependencies = self.env.get_python_dependencies()

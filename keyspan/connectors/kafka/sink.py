@@ -127,7 +127,8 @@ class KafkaSink(Sink):
         return KafkaSinkBuilder()
 
     def use_checkpoint_storage(self, storage, uid: str) -> None:
-        """The runtime hands the job's checkpoint storage to the sink (tasks and driver alike)."""
+        """The runtime hands the job's checkpoint storage to the sink (tasks and driver alike); the
+        staging folder is named by the transactional id prefix, which also names the published marker."""
         self.staging = storage.child(posixpath.join(STAGING, safe_name(self.transactional_id_prefix)))
 
     def __getstate__(self):
