@@ -23,7 +23,7 @@ from keyspan.io.storage import safe_name
 
 STAGING = "jdbc-staging"
 EPOCHS_TABLE = "keyspan_jdbc_sink_epochs"
-_JDBC_DIALECTS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
+_JDBC_DATABASES = ("postgresql", "sqlite")  # the jdbc: subprotocols translated to SQLAlchemy URLs
 
 
 class JdbcConnectionOptions:
@@ -265,11 +265,12 @@ def sqlalchemy_url(options: JdbcConnectionOptions):
     """The SQLAlchemy URL of a JDBC (or SQLAlchemy) URL, with the options' user and password."""
     from sqlalchemy.engine import make_url
 
+    from keyspan.checkpoint.metadata import engine_url
+
     url = options.get_db_url()
     if url.startswith("jdbc:"):
         sub, _, rest = url[len("jdbc:"):].partition(":")
-        dialect = _JDBC_DIALECTS.get(sub)
-        if dialect is None:
+        if sub not in _JDBC_DATABASES:
             raise ValueError(f"JDBC URL {url!r}: keyspan translates jdbc:postgresql and jdbc:sqlite URLs; for "
                              f"another database give an SQLAlchemy URL (such as mysql+pymysql://host/db) and "
                              "install its Python driver")
@@ -279,17 +280,15 @@ def sqlalchemy_url(options: JdbcConnectionOptions):
                                  "processes; name a file (jdbc:sqlite:/path/to/file.db)")
             url = f"sqlite:///{rest}"
         else:
-            url = f"{dialect}:{rest}" if rest.startswith("//") else f"{dialect}:///{rest}"
-    elif url.startswith(("postgresql://", "postgres://")):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+            url = f"postgresql:{rest}" if rest.startswith("//") else f"postgresql:///{rest}"
     try:
-        parsed = make_url(url)
+        parsed = make_url(engine_url(url))  # PostgreSQL through psycopg 3, as the metadata store
     except Exception as exc:  # noqa: BLE001 — SQLAlchemy's ArgumentError and friends: say which URL
         raise ValueError(f"JDBC sink: {options.get_db_url()!r} is not a database URL: {exc}") from None
     query = dict(parsed.query)  # JDBC puts the user and password in the query too
-    user = options.get_user_name() or query.pop("user", None) or parsed.username
-    password = options.get_password() or query.pop("password", None) or parsed.password
-    return parsed.set(username=user, password=password, query=query)
+    user, password = query.pop("user", None), query.pop("password", None)
+    return parsed.set(username=options.get_user_name() or user or parsed.username,
+                      password=options.get_password() or password or parsed.password, query=query)
 
 
 def jdbc_parameters(sql: str) -> list[int]:

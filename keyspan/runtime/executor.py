@@ -784,8 +784,8 @@ class JobRunner:
         source's offsets cannot tell): one more epoch without records, with every watermark at
         Long.MAX, fires the remaining event-time timers and windows, and the processing-time timers
         already due (in BATCH mode all of them; a bounded run whose keyed operators hold no such timers
-        skips it). The run's Spark batches shift
-        by one first, so a resumed run never maps a batch onto this epoch."""
+        skips it). The run's Spark batches shift by one first, so a resumed run never maps a batch onto
+        this epoch."""
         self.store.shift_epoch_base(self.run_info["run_id"], 1)
         self.run_info["epoch_base"] += 1
         empty = self.stages.spark.createDataFrame([], self.stream_schema)
