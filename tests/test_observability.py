@@ -300,6 +300,29 @@ def test_list_and_status_of_a_running_job(job):
         assert text in status.stdout, (text, status.stdout)
 
 
+def test_a_stale_address_served_by_another_workdirs_driver_of_the_same_job_is_not_running(job):
+    """A driver of the same job id in another workdir is killed, and its address is now served by the
+    module's running driver (as when the port is reused): the other workdir must not see it as its own."""
+    other = job.root / "other-wd"
+    proc = _start(other, job.root)
+    try:
+        _api_url(other)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    with sqlite3.connect(other / "keyspan.db", timeout=10) as c:
+        c.execute("update jobs set api_url = ? where job_id = ?", (job.url, JOB_ID))
+    savepoints_before = _db(job.workdir, "select count(*) from savepoints")[0][0]
+
+    line = next(line for line in _keyspan("list", workdir=other, cwd=job.root).stdout.splitlines() if JOB_ID in line)
+    assert "NOT RUNNING (last seen" in line and job.url not in line
+    for args in (("status", JOB_ID), ("savepoint", JOB_ID)):
+        answer = _keyspan(*args, workdir=other, cwd=job.root)
+        assert f"job '{JOB_ID}' is not running (last seen" in answer.stdout + answer.stderr, answer
+    assert _db(job.workdir, "select count(*) from savepoints")[0][0] == savepoints_before
+    assert "RUNNING" in _keyspan("status", JOB_ID, workdir=job.workdir, cwd=job.root).stdout  # its own store still sees it
+
+
 def test_stop_with_drain_then_a_killed_driver_is_reported_not_running(job):
     target = job.root / "stop-savepoints"
     location = _savepoint_via(job, "stop", {"targetDirectory": f"file://{target}", "drain": True})

@@ -63,7 +63,7 @@ def list_jobs(
         table.add_column(col)
     jobs = store.list_jobs()
     for job in jobs:
-        row = job_row(store, job, live_summary(job.get("api_url"), job["job_id"], headers))
+        row = job_row(store, job, live_summary(store, job, headers))
         status = row["status"] if row["status"] != "NOT RUNNING" else f"NOT RUNNING (last seen {_when(row['last_seen'])})"
         checkpoint = "-" if row["last_checkpoint"] is None else \
             f"{row['last_checkpoint']} ({_when(row['last_checkpoint_at'])})"
@@ -90,7 +90,7 @@ def status(
         raise typer.Exit(2)
     job_id = info["job_id"]
     out = _out()
-    live = live_summary(info.get("api_url"), job_id, auth_headers(settings.workdir, settings.rest_token))
+    live = live_summary(store, info, auth_headers(settings.workdir, settings.rest_token))
     if live is None:
         run = store.latest_run(job_id) or {}
         ended = run.get("status") in ("FINISHED", "STOPPED", "FAILED")

@@ -262,10 +262,17 @@ def checkpoints(
         out.print("no checkpoints yet")
 
 
-def _api(store, job: str) -> tuple[dict, str]:
+def _api(store, job: str, opts) -> tuple[dict, str]:
+    """The job and its running driver's API address; exits when no driver of the job's latest run
+    answers there (a savepoint or stop must never reach another workdir's driver of the same job id)."""
+    from keyspan.rest.overview import live_summary
+
     info = _job_or_exit(store, job)
     if not info.get("api_url"):
         err.print(f"[red]keyspan: job '{info['job_id']}' is not running (no driver API registered)[/red]")
+        raise typer.Exit(2)
+    if live_summary(store, info, auth_headers(opts.workdir, load_settings().rest_token), timeout=10) is None:
+        err.print(f"[red]keyspan: {jobs_cli.not_running(store, info['job_id'])}[/red]")
         raise typer.Exit(2)
     return info, info["api_url"]
 
@@ -306,7 +313,7 @@ def _trigger(job, endpoint: str, body: dict, workdir, metadata_url) -> str | Non
 
     opts = _options(workdir, metadata_url)
     store = MetadataStore(opts.metadata())
-    info, api_url = _api(store, job)
+    info, api_url = _api(store, job, opts)
     try:  # observability: the token, and a dead driver's stale address
         answer = httpx.post(f"{api_url}/jobs/{info['job_id']}/{endpoint}", json=body, timeout=30,
                             headers=auth_headers(opts.workdir, load_settings().rest_token))
@@ -414,7 +421,7 @@ def rescale(
 
     opts = _options(workdir, metadata_url)
     store = MetadataStore(opts.metadata())
-    info, api_url = _api(store, job)
+    info, api_url = _api(store, job, opts)
     job_id = info["job_id"]
     if not restart:
         if _live_rescale(store, info, api_url, parallelism, opts):

@@ -8,6 +8,7 @@ with the bearer token the page got in its address (``#token=…``, printed by th
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def dashboard_router(store, guard, workdir: str, metadata_url: str | None, live=
 
     def live_of(job: dict) -> dict | None:
         mine = live(job["job_id"]) if live else None
-        return mine if mine is not None else live_summary(job.get("api_url"), job["job_id"], proxy_headers)
+        return mine if mine is not None else live_summary(store, job, proxy_headers)
 
     def job_or_404(job_id: str) -> dict:
         job = store.get_job(job_id)
@@ -104,6 +105,9 @@ def dashboard_router(store, guard, workdir: str, metadata_url: str | None, live=
             job = job_or_404(job_id)
             if not job.get("api_url"):
                 raise HTTPException(409, f"job '{job_id}' is not running (no driver API registered)")
+            if await asyncio.to_thread(live_summary, store, job, proxy_headers, 10) is None:
+                raise HTTPException(409, f"job '{job_id}' is not running: no driver of its latest run answers at "
+                                         f"{job['api_url']}")
             try:
                 async with httpx.AsyncClient(timeout=30) as client:
                     answer = await client.request(request.method, f"{job['api_url']}/jobs/{job_id}/{path}",

@@ -9,6 +9,7 @@ from typing import Protocol
 class JobHandle(Protocol):
     job_id: str
     job_name: str
+    run_id: str | None  # the run this driver executes: a stale API address must not pass for it
     store: object  # the job's MetadataStore
     workdir: str
     metadata_url: str | None

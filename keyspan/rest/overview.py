@@ -10,15 +10,22 @@ import httpx
 from keyspan.checkpoint import stats as checkpoint_stats
 
 
-def live_summary(api_url: str | None, job_id: str, headers: dict | None = None, timeout: float = 1.0) -> dict | None:
-    """The running driver's metrics, or None when no driver answers at ``api_url`` (killed, stopped)."""
+def live_summary(store, job: dict, headers: dict | None = None, timeout: float = 1.0) -> dict | None:
+    """The running driver's metrics, or None when no driver of the job's latest run answers at its API
+    address. The run id is compared because a killed driver leaves its address behind, and the port
+    may since serve a driver of the same job id from another workdir."""
+    api_url = job.get("api_url")
     if not api_url:
         return None
     try:
-        answer = httpx.get(f"{api_url}/ui/api/jobs/{job_id}/live", headers=headers or {}, timeout=timeout)
+        answer = httpx.get(f"{api_url}/ui/api/jobs/{job['job_id']}/live", headers=headers or {}, timeout=timeout)
     except httpx.HTTPError:
         return None
-    return answer.json() if answer.status_code == 200 else None
+    if answer.status_code != 200:
+        return None
+    summary = answer.json()
+    run = store.latest_run(job["job_id"]) or {}
+    return summary if run.get("run_id") and summary.get("run_id") == run["run_id"] else None
 
 
 def last_seen(store, job_id: str) -> float | None:

@@ -50,7 +50,7 @@ def build_app(job: JobHandle, guard: TokenGuard) -> FastAPI:
     reading = [Depends(guard.read)]
 
     def live(job_id: str):
-        return job.metrics.summary() if job_id == job.job_id else None
+        return {**job.metrics.summary(), "run_id": job.run_id} if job_id == job.job_id else None
 
     app.include_router(metrics_router(job.registry, guard))
     app.include_router(dashboard_router(job.store, guard, job.workdir, job.metadata_url, live))
@@ -62,7 +62,7 @@ def build_app(job: JobHandle, guard: TokenGuard) -> FastAPI:
     @app.get("/jobs", dependencies=reading)
     def jobs():
         """Flink's job list: every job of the metadata store, with its status."""
-        rows = [job_row(job.store, j, live(j["job_id"]) or live_summary(j.get("api_url"), j["job_id"]))
+        rows = [job_row(job.store, j, live(j["job_id"]) or live_summary(job.store, j))
                 for j in job.store.list_jobs()]
         return {"jobs": [{"id": r["id"], "name": r["name"], "status": r["status"]} for r in rows]}
 

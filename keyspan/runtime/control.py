@@ -78,6 +78,10 @@ class RunnerHandle:
         self.metrics = runner.observer.metrics
         self.registry = runner.observer.registry
 
+    @property
+    def run_id(self) -> str | None:
+        return self._runner.run_info["run_id"] if self._runner.run_info else None
+
     def status(self) -> dict:
         runner = self._runner
         committed = runner.committed
