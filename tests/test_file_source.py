@@ -101,3 +101,48 @@ def test_a_restore_from_a_savepoint_or_retained_checkpoint_reads_on_from_the_sam
     retained = Storage(options.current().checkpoint_root()).child("restored-files").url(checkpoint_dir(latest))
     use_options(savepoint_path=retained)
     assert sorted(_run_once_more(folder, "restored-files", "1")) == [f"1-{i}" for i in range(5)]
+
+
+def test_a_source_reads_every_path_it_is_given_files_of_the_same_name_included(workdir):
+    """PyFlink's ``for_record_stream_format(format, *paths)``: folders and single files, bounded and
+    continuously monitored; equal file names under two folders are two files."""
+    first, second, third = (workdir / name for name in ("first", "second", "third"))
+    for folder in (first, second, third):
+        folder.mkdir()
+    expected = _write_ids(first, "part") + _write_ids(second, "part")
+    _write_ids(third, "ignored")
+    single = third / "single.jsonl"
+    single.write_text('{"id": "single"}\n')
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    bounded = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(first), str(second),
+                                                  str(single)).build()
+    with env.from_source(bounded, WatermarkStrategy.no_watermarks(), "paths").map(lambda r: r["id"]) \
+            .execute_and_collect("several-paths") as records:
+        assert sorted(records) == sorted(expected + ["single"])
+
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(first), str(second)) \
+        .monitor_continuously().build()
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.enable_checkpointing(200)
+    seen = Seen()
+    env.from_source(source, WatermarkStrategy.no_watermarks(), "files").uid("files") \
+        .map(lambda r: r["id"]).uid("ids").add_sink(seen)
+    running = BackgroundJob(env, "monitored-paths")
+    wait_for_checkpoints("monitored-paths", 1, job=running)
+    _until(seen, len(expected))
+    for folder in (second, first):
+        expected += _write_ids(folder, "later")
+        _until(seen, len(expected))
+    time.sleep(1)  # a few more epochs: nothing is read twice
+    stop_with_savepoint("monitored-paths")
+    running.join()
+    assert sorted(seen.ids) == sorted(expected)
+
+
+def _write_ids(folder, name: str) -> list[str]:
+    """A file of five records whose ids name their folder, written as ``_write`` writes them."""
+    ids = [f"{folder.name}/{i}" for i in range(5)]
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text("".join(f'{{"id": "{i}"}}\n' for i in ids))
+    tmp.rename(folder / f"{name}.jsonl")
+    return ids

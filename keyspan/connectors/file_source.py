@@ -219,6 +219,16 @@ def _visible_files(folder: Storage) -> list[str]:
             if not any(part.startswith((".", "_")) for part in path.split("/"))]
 
 
+def _listed(roots: list[tuple[Storage, str | None]]) -> list[str]:
+    """Every file under a source's paths. With several paths a name starts with its path's position
+    (``1/part-0``); with one it is the file's name under the path, as it always was."""
+    names = []
+    for i, (root, only) in enumerate(roots):
+        found = ([only] if root.exists(only) else []) if only is not None else _visible_files(root)
+        names.extend(found if len(roots) == 1 else [f"{i}/{name}" for name in found])
+    return names
+
+
 class FileReader(SourceReader):
     """Reads a fixed list of files (bounded), or each file that appears in a directory once
     (continuous). An offset counts files in the order the source first saw them. A continuous source
@@ -230,9 +240,9 @@ class FileReader(SourceReader):
 
     unit = "files"
 
-    def __init__(self, storage: Storage, fmt: StreamFormat, files: list[str] | None, poison,
-                 log: Storage | None = None):
-        self.storage = storage
+    def __init__(self, roots: list[tuple[Storage, str | None]], fmt: StreamFormat, files: list[str] | None,
+                 poison, log: Storage | None = None):
+        self.roots = roots  # per path of the source: its folder, and the file's name when the path is a file
         self.fmt = fmt
         self.files = files  # fixed list when bounded
         self.bounded = files is not None
@@ -245,7 +255,13 @@ class FileReader(SourceReader):
         return {**self.__dict__, "_seen": [], "_seen_set": set()}  # each process reads the log itself
 
     def _listing(self) -> list[str]:
-        return _visible_files(self.storage)
+        return _listed(self.roots)
+
+    def _locate(self, name: str) -> tuple[Storage, str]:
+        if len(self.roots) == 1:
+            return self.roots[0][0], name
+        i, rest = name.split("/", 1)
+        return self.roots[int(i)][0], rest
 
     def _remember(self, names: list[str]) -> None:
         self._seen.extend(names)
@@ -301,14 +317,15 @@ class FileReader(SourceReader):
         task per file would cost ~60 ms each when many small files arrive at once."""
         known = self._known()
         if end["files"] > len(known):
-            raise RuntimeError(f"file source {self.storage.uri}: the epoch ends at file {end['files']}, but its "
+            raise RuntimeError(f"file source {', '.join(root.uri for root, _ in self.roots)}: the epoch ends at file {end['files']}, but its "
                                f"discovery log {self.log.uri} lists {len(known)} files; run the job with --fresh "
                                "to read the directory from its start")
         return [known[lo:hi] for lo, hi in split_range(start["files"], end["files"], parallelism)]
 
     def read(self, partition):
         for name in partition:
-            raw, url = self.storage.read(name), self.storage.url(name)
+            root, path = self._locate(name)
+            raw, url = root.read(path), root.url(path)
             data = raw if isinstance(self.fmt, BulkFormat) else _decompressed(raw, name)
             if isinstance(data, str):
                 yield [self.poison(raw, url, data)]
@@ -321,10 +338,10 @@ class FileSource(KeyspanSource):
 
     def __init__(self, fmt: StreamFormat, paths: tuple[str, ...], continuous: bool, max_files: int | None,
                  error_policy: ErrorPolicy | None = None):
-        if len(paths) != 1:
-            raise ValueError("FileSource reads one directory (or file) path")
+        if not paths:
+            raise ValueError("FileSource needs at least one path (a directory or a file)")
         self.fmt = fmt
-        self.path = paths[0]
+        self.paths = tuple(paths)
         self.bounded = not continuous
         self.max_per_epoch = max_files
         # a schema's ignore_parse_errors() drops bad records, as in PyFlink, unless the source says more
@@ -394,17 +411,21 @@ class FileSource(KeyspanSource):
         return not self.bounded  # the discovery log
 
     def fingerprint(self) -> str:
-        return f"files:{os.path.abspath(self.path) if '://' not in self.path else self.path}:{self.fmt.kind}"
+        paths = ",".join(os.path.abspath(p) if "://" not in p else p for p in self.paths)
+        return f"files:{paths}:{self.fmt.kind}"
 
     def reader(self, storage, uid):
-        root = Storage(self.path)
+        roots = []
+        for path in self.paths:
+            root = Storage(path)
+            if root.fs.isfile(root.full_path("")):
+                roots.append((Storage(posixpath.dirname(root.uri)), posixpath.basename(root.uri)))
+            elif root.fs.exists(root.full_path("")):
+                roots.append((root, None))
+            else:
+                raise FileNotFoundError(f"file source: {path} does not exist")
         poison = self.error_policy.handler(f"{self.name} ({uid})")
-        if root.fs.isfile(root.full_path("")):
-            parent = Storage(posixpath.dirname(root.uri))
-            return FileReader(parent, self.fmt, [posixpath.basename(root.uri)], poison)
-        if not root.fs.exists(root.full_path("")):
-            raise FileNotFoundError(f"file source: {self.path} does not exist")
-        if self.bounded:
-            return FileReader(root, self.fmt, _visible_files(root), poison)
+        if self.bounded or all(only is not None for _, only in roots):  # files alone: nothing new can appear
+            return FileReader(roots, self.fmt, _listed(roots), poison)
         log = storage.child(f"sources/{uid}-{hashlib.sha256(self.fingerprint().encode()).hexdigest()[:16]}-files")
-        return FileReader(root, self.fmt, None, poison, log)
+        return FileReader(roots, self.fmt, None, poison, log)

@@ -19,6 +19,7 @@ from keyspan.datastream.timerservice import TimerService
 from keyspan.datastream.data_stream import (
     BroadcastConnectedStream,
     BroadcastStream,
+    CachedDataStream,
     ConnectedStreams,
     DataStream,
     DataStreamSink,
@@ -101,7 +102,7 @@ from keyspan.state.api import OperatorStateStore
 
 __all__ = [
     "AggregateFunction", "AsyncDataStream", "AsyncFunction", "AsyncRetryPredicate", "AsyncRetryStrategy",
-    "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastStream",
+    "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastStream", "CachedDataStream",
     "CheckpointConfig", "CheckpointedFunction", "CheckpointingMode", "CoFlatMapFunction", "CoMapFunction",
     "CoProcessFunction", "ConnectedStreams", "DataStream", "DataStreamSink", "KeyedCoProcessFunction", "Partitioner",
     "EmbeddedRocksDBStateBackend", "FilterFunction", "FlatMapFunction", "FunctionInitializationContext",
@@ -131,5 +132,4 @@ from keyspan.common.unsupported import module_getattr as _module_getattr  # noqa
 __getattr__ = _module_getattr("keyspan.datastream", {
     "SourceFunction": "a SourceFunction runs in the JVM; use env.from_source(...) with a keyspan source, "
                       "env.from_collection(...) or env.from_spark(spark.readStream...) instead",
-    "CachedDataStream": "cache() is a batch-mode Java feature; write the stream with FileSink and read it back instead",
 })

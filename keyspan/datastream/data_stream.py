@@ -280,9 +280,11 @@ class DataStream:
 
         return count_window_all(self, size, slide)
 
-    def cache(self):
-        raise NotImplementedError("not supported by keyspan: DataStream.cache() (a batch-mode Java feature); "
-                                  "write the stream with FileSink and read it back with FileSource instead")
+    def cache(self) -> "CachedDataStream":
+        """PyFlink's handle for reusing this stream's result in later jobs of the environment. keyspan
+        computes the stream again in each job that uses it, as PyFlink does when it runs locally (each
+        ``execute`` there starts a new mini cluster); the results are the same."""
+        return CachedDataStream(self._env, self._t)
 
     def get_side_output(self, output_tag) -> "DataStream":
         """The records this operator emitted with ``yield output_tag, value``."""
@@ -476,6 +478,49 @@ class KeyedStream(DataStream):
     def set_parallelism(self, parallelism):
         raise Exception("Set parallelism for KeyedStream is not supported.")
 
+    def cache(self):
+        raise Exception("Cache for KeyedStream is not supported.")
+
+
+class CachedDataStream(DataStream):
+    """``DataStream.cache()``: the stream itself, with PyFlink's restrictions on renaming it."""
+
+    def invalidate(self) -> None:
+        """Nothing is kept between jobs (see ``DataStream.cache``), so nothing is released."""
+
+    def set_parallelism(self, parallelism):
+        raise Exception("Set parallelism for CachedDataStream is not supported.")
+
+    def name(self, name):
+        raise Exception("Set name for CachedDataStream is not supported.")
+
+    def get_name(self):
+        raise Exception("Get name of CachedDataStream is not supported.")
+
+    def uid(self, uid):
+        raise Exception("Set uid for CachedDataStream is not supported.")
+
+    def set_uid_hash(self, uid_hash):
+        raise Exception("Set uid hash for CachedDataStream is not supported.")
+
+    def set_max_parallelism(self, max_parallelism):
+        raise Exception("Set max parallelism for CachedDataStream is not supported.")
+
+    def force_non_parallel(self):
+        raise Exception("Set force non-parallel for CachedDataStream is not supported.")
+
+    def set_buffer_timeout(self, timeout_millis):
+        raise Exception("Set buffer timeout for CachedDataStream is not supported.")
+
+    def start_new_chain(self):
+        raise Exception("Start new chain for CachedDataStream is not supported.")
+
+    def disable_chaining(self):
+        raise Exception("Disable chaining for CachedDataStream is not supported.")
+
+    def slot_sharing_group(self, slot_sharing_group):
+        raise Exception("Setting slot sharing group for CachedDataStream is not supported.")
+
 
 class BroadcastStream:
     """A stream whose records go to every subtask of the operator it is connected to (from
@@ -657,9 +702,4 @@ def __getattr__(name: str):
         from keyspan.connectors.driver_sinks import CloseableIterator
 
         return CloseableIterator
-    if name == "CachedDataStream":
-        from keyspan.common.unsupported import NotSupportedError
-
-        raise NotSupportedError("not supported by keyspan: CachedDataStream (DataStream.cache()); write the stream "
-                                "with FileSink and read it back with FileSource instead")
     raise AttributeError(f"module 'keyspan.datastream.data_stream' has no attribute {name!r}")
