@@ -14,7 +14,7 @@ import pytest
 
 from keyspan.common import Time, WatermarkStrategy
 from keyspan.common.watermark_strategy import TimestampAssigner
-from keyspan.datastream import KeyedProcessFunction, SinkFunction, StreamExecutionEnvironment
+from keyspan.datastream import KeyedProcessFunction, MapFunction, SinkFunction, StreamExecutionEnvironment
 from keyspan.datastream.execution_mode import RuntimeExecutionMode
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.datastream.window import TumblingProcessingTimeWindows
@@ -194,3 +194,59 @@ def test_batch_fires_every_processing_time_timer_and_window_when_the_input_ends(
     env.execute("batch-processing-timers")
     assert sorted(fired) == sorted(keys * 2)
     assert sorted(sums) == [(2, sum(range(10))), (3, sum(range(10, 20)))]
+
+
+class Where(MapFunction):
+    """Each record with the subtask that mapped it and how many subtasks its operator has."""
+
+    def open(self, runtime_context):
+        self.at = (runtime_context.get_index_of_this_subtask(), runtime_context.get_number_of_parallel_subtasks())
+
+    def map(self, value):
+        return value, self.at
+
+
+def _subtasks(stream, job: str) -> set:
+    """The (subtask, of how many) pairs that mapped the stream's records."""
+    with stream.execute_and_collect(job) as records:
+        return {at for _, at in records}
+
+
+def test_batch_mode_sets_the_parallelism_flink_s_adaptive_batch_scheduler_sets(workdir, capfd):
+    """Checked on PyFlink 2.3 with parallelism 2: in BATCH mode, operators that set no parallelism of
+    their own run at 1 over a small collection, behind a keyed exchange too, and at the source's
+    parallelism after a parallel source; print() then writes no subtask prefix."""
+    from keyspan.common import Configuration
+    from keyspan.datastream.connectors.number_seq import NumberSequenceSource
+
+    def batch_env(**keys) -> StreamExecutionEnvironment:
+        env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+        env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+        conf = Configuration()
+        for key, value in keys.items():
+            conf.set_string(f"execution.batch.adaptive.auto-parallelism.{key.replace('_', '-')}", value)
+        return env.configure(conf)
+
+    env = batch_env()
+    numbers = env.from_collection(list(range(12)))
+    assert _subtasks(numbers.map(Where()), "collection") == {(0, 1)}
+    assert _subtasks(numbers.key_by(lambda v: v % 3).map(Where()), "keyed") == {(0, 1)}
+    assert _subtasks(numbers.map(Where()).set_parallelism(2), "own parallelism") == {(0, 2), (1, 2)}
+    sequence = env.from_source(NumberSequenceSource(1, 12), WatermarkStrategy.no_watermarks(), "sequence")
+    assert _subtasks(sequence.map(Where()), "sequence") == {(0, 2), (1, 2)}
+    assert _subtasks(sequence.key_by(lambda v: v % 3).map(Where()), "sequence keyed") == {(0, 1)}
+    capfd.readouterr()
+    numbers.map(lambda v: v * 10).print()
+    env.execute("printed")
+    assert sorted(capfd.readouterr().out.split()) == sorted(str(v * 10) for v in range(12))
+
+    # more input than a task's share (here one byte): the keyed operator gets the job's parallelism
+    env = batch_env(avg_data_volume_per_task="1 b")
+    assert _subtasks(env.from_collection(list(range(12))).key_by(lambda v: v % 3).map(Where()), "volume") == \
+        {(0, 2), (1, 2)}
+    env = batch_env(enabled="false")  # Flink's switch: every operator at the job's parallelism
+    assert _subtasks(env.from_collection(list(range(12))).map(Where()), "disabled") == {(0, 2), (1, 2)}
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)  # STREAMING: unchanged
+    assert _subtasks(env.from_collection(list(range(12))).map(Where()), "streaming") == {(0, 2), (1, 2)}
+    single = env.from_collection(list(range(12))).set_parallelism(1).map(Where()).set_parallelism(1)
+    assert _subtasks(single, "a source of its own parallelism") == {(0, 1)}  # read by as many tasks

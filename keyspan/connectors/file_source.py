@@ -414,6 +414,12 @@ class FileSource(KeyspanSource):
         paths = ",".join(os.path.abspath(p) if "://" not in p else p for p in self.paths)
         return f"files:{paths}:{self.fmt.kind}"
 
+    def estimated_bytes(self) -> int | None:
+        try:
+            return sum(Storage(path).fs.du(Storage(path).full_path("")) for path in self.paths)
+        except (OSError, ValueError):
+            return None  # the reader says what is wrong with the path
+
     def reader(self, storage, uid):
         roots = []
         for path in self.paths:

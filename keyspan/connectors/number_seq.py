@@ -33,5 +33,8 @@ class NumberSequenceSource(KeyspanSource):
     def fingerprint(self) -> str:
         return f"sequence:{self.start}:{self.end}"
 
+    def estimated_bytes(self) -> int:
+        return 8 * (self.end - self.start + 1)  # a long each, as Flink counts them
+
     def reader(self, storage, uid):
         return NumberSequenceReader(self.start, self.end - self.start + 1)

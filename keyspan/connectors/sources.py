@@ -119,6 +119,11 @@ class KeyspanSource:
     def reader(self, storage: Storage, uid: str) -> SourceReader:
         raise NotImplementedError
 
+    def estimated_bytes(self) -> int | None:
+        """About how many bytes a bounded input holds (None: unknown); BATCH mode sets the parallelism
+        of the operators behind an exchange by it (``keyspan.runtime.planner.AdaptiveBatch``)."""
+        return None
+
     def fingerprint(self) -> str:
         """Identifies the input, so a checkpoint's offsets are never applied to other data."""
         raise NotImplementedError
@@ -183,6 +188,7 @@ def _load_cached(storage: Storage, path: str) -> list:
 
 class CollectionSource(KeyspanSource):
     name = "Collection Source"
+    non_parallel = True  # as Flink's: in BATCH mode one subtask reads it (STREAMING splits it, as it always did)
 
     def __init__(self, collection: list, type_info=None):
         self.type_info = type_info
@@ -193,6 +199,9 @@ class CollectionSource(KeyspanSource):
 
     def fingerprint(self) -> str:
         return "collection:" + hashlib.sha256(serde.dumps(self.collection)).hexdigest()
+
+    def estimated_bytes(self) -> int:
+        return len(serde.dumps(self.collection))
 
     def reader(self, storage, uid):
         data = serde.dumps(self.collection)

@@ -18,6 +18,28 @@ def duration_ms(key: str, text: str) -> int:
     return int(m.group(1)) * _UNITS_MS[m.group(2).lower() or "ms"]
 
 
+_UNITS_BYTES = {"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10, "m": 1 << 20,
+                "mb": 1 << 20, "mebibytes": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
+                "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40}
+
+
+def memory_bytes(key: str, text: str) -> int:
+    """Flink's memory size syntax: ``16mb``, ``16 m``, ``512 kb``, ``1g`` (a bare number is bytes)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS_BYTES:
+        raise ValueError(f"configuration key '{key}': cannot read {text!r} as a memory size (e.g. '16 mb', '1 gb')")
+    return int(m.group(1)) * _UNITS_BYTES[m.group(2).lower()]
+
+
+def _positive(key: str, text: str) -> int:
+    if not str(text).strip().isdigit() or int(text) < 1:
+        raise ValueError(f"configuration key '{key}': {text!r} is not a positive whole number")
+    return int(text)
+
+
+ADAPTIVE_BATCH = "execution.batch.adaptive.auto-parallelism."
+
+
 def _backend(key: str, name: str):
     from keyspan.state.heap import HashMapStateBackend
     from keyspan.state.rocksdb import EmbeddedRocksDBStateBackend
@@ -84,6 +106,12 @@ SUPPORTED = {
                                                 if _flag(k, v) else env.get_config().disable_object_reuse()),
     "pipeline.auto-watermark-interval":
         lambda env, k, v: env.get_config().set_auto_watermark_interval(duration_ms(k, v)),
+    # read when a BATCH job is planned (keyspan.runtime.executor.adaptive_batch); checked here
+    ADAPTIVE_BATCH + "enabled": lambda env, k, v: _flag(k, v),
+    ADAPTIVE_BATCH + "min-parallelism": lambda env, k, v: _positive(k, v),
+    ADAPTIVE_BATCH + "max-parallelism": lambda env, k, v: _positive(k, v),
+    ADAPTIVE_BATCH + "default-source-parallelism": lambda env, k, v: _positive(k, v),
+    ADAPTIVE_BATCH + "avg-data-volume-per-task": lambda env, k, v: _positive(k, memory_bytes(k, v)),
     "keyspan.small-epochs-in-driver.max-records": lambda env, k, v: env.set_small_epochs_in_driver(int(v)),
     "keyspan.vectorized-aggregation":
         lambda env, k, v: env.set_vectorized_aggregation(str(v).strip().lower() in ("true", "1", "yes", "on")),

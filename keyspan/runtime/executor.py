@@ -51,7 +51,7 @@ from keyspan.runtime import autoscaler, event_time
 from keyspan.runtime import session as spark_session
 from keyspan.runtime.control import JobControl, RunnerHandle
 from keyspan.runtime.observe import JobObserver
-from keyspan.runtime.planner import InputFormat, PhysicalPlan, compile_graph
+from keyspan.runtime.planner import AdaptiveBatch, InputFormat, PhysicalPlan, compile_graph
 from keyspan.runtime.progress_display import ProgressDisplay
 from keyspan.runtime.protocol import EpochContext, TimeContext, UserFunctionError
 from keyspan.runtime.spark_plan import SparkStages
@@ -394,7 +394,8 @@ class JobRunner:
     def _compile(self, parallelism: int) -> PhysicalPlan:
         return compile_graph(self.transformations, parallelism, self.max_parallelism,
                              chaining=self.env.is_chaining_enabled(),
-                             vectorize=self.env.is_vectorized_aggregation_enabled(), batch=self.batch)
+                             vectorize=self.env.is_vectorized_aggregation_enabled(), batch=self.batch,
+                             adaptive=adaptive_batch(self.env) if self.batch else None)
 
     # -- running ------------------------------------------------------------------------------
     def run(self) -> JobExecutionResult:
@@ -1078,6 +1079,23 @@ def _moved_key_groups(old_plan, new_plan) -> int:
         moved += sum(compute_operator_index_for_key_group(m, before.plan.parallelism, kg)
                      != compute_operator_index_for_key_group(m, after.plan.parallelism, kg) for kg in range(m))
     return moved
+
+
+def adaptive_batch(env) -> AdaptiveBatch | None:
+    """Flink's ``execution.batch.adaptive.auto-parallelism.*`` keys given to ``env.configure`` (None:
+    turned off, every operator at the job's parallelism)."""
+    from keyspan.datastream.configuration_keys import ADAPTIVE_BATCH, memory_bytes
+
+    conf = env.get_configuration().to_dict()
+    if conf.get(ADAPTIVE_BATCH + "enabled", "true").strip().lower() == "false":
+        return None
+    number = {name: int(conf[ADAPTIVE_BATCH + name]) for name in
+              ("min-parallelism", "max-parallelism", "default-source-parallelism") if ADAPTIVE_BATCH + name in conf}
+    volume = conf.get(ADAPTIVE_BATCH + "avg-data-volume-per-task")
+    return AdaptiveBatch(min_parallelism=number.get("min-parallelism", 1),
+                         max_parallelism=number.get("max-parallelism"),
+                         source_parallelism=number.get("default-source-parallelism"),
+                         **({"bytes_per_task": memory_bytes(ADAPTIVE_BATCH, volume)} if volume else {}))
 
 
 def _batch_mode(env, sources: list, job_id: str) -> bool:

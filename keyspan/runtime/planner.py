@@ -220,8 +220,30 @@ def _with_discarding_sinks(transformations: list[Transformation]) -> list[Transf
                               for n, t in enumerate(ends)]
 
 
+@dataclass(frozen=True)
+class AdaptiveBatch:
+    """How Flink's adaptive batch scheduler (on by default in BATCH mode) sets the parallelism of the
+    operators a job leaves at the default: a source at ``source_parallelism`` (a non-parallel one at
+    1), operators that take a source's output without an exchange at the source's, and an operator
+    behind an exchange at one subtask per ``bytes_per_task`` of input. So a BATCH job over little
+    data runs most operators at 1, as PyFlink's does. Flink counts the bytes each operator reads; a
+    bounded source's size stands for them here (unknown: ``max_parallelism``)."""
+
+    min_parallelism: int = 1
+    max_parallelism: int | None = None  # None: the job's default parallelism
+    bytes_per_task: int = 16 * 1024 * 1024
+    source_parallelism: int | None = None  # None: max_parallelism
+
+    def decide(self, volume: int | None, default_parallelism: int) -> int:
+        upper = self.max_parallelism or default_parallelism
+        if volume is None:
+            return upper
+        return max(self.min_parallelism, min(upper, -(-volume // self.bytes_per_task)))
+
+
 def compile_graph(transformations: list[Transformation], default_parallelism: int, max_parallelism: int,
-                  chaining: bool = True, vectorize: bool = True, batch: bool = False) -> PhysicalPlan:
+                  chaining: bool = True, vectorize: bool = True, batch: bool = False,
+                  adaptive: AdaptiveBatch | None = None) -> PhysicalPlan:
     if all(t.kind == OperatorKind.SOURCE or t.kind in VIRTUAL_KINDS for t in transformations):
         raise ValueError("No operators defined in streaming topology. Cannot execute. (Each execute() runs what "
                          "was built since the previous one, as in PyFlink; sources alone are not a job.)")
@@ -238,6 +260,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         return t.kind in KEYED_KINDS
 
     def parallelism(t: Transformation) -> int:
+        if t.id in decided:
+            return decided[t.id]
         if t.parallelism:
             return t.parallelism
         if t.kind == OperatorKind.SINK and t.inputs and len(physical_inputs(t)) == 1:
@@ -293,6 +317,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         # operator state needs a stable subtask count, so it gets its own stage behind an exchange
         return not (has_operator_state(t) and stages[stage_of[ins[0].id]].source is not None)
 
+    decided = _decided_parallelism(transformations, adaptive, default_parallelism, physical_inputs, keyed) \
+        if adaptive else {}
     stages: list[Stage] = []
     stage_of: dict[int, int] = {}
     op_index: dict[int, int] = {}
@@ -415,6 +441,74 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                                   "idleness_ms": strategy.idleness_ms if strategy else None,
                                   "splits": splits, "source": source, "sources": sorted(sources_of(t))}
     return PhysicalPlan(stages, sources, driver_sinks, task_sinks, operators, origins)
+
+
+def _decided_parallelism(transformations, adaptive: AdaptiveBatch, default_parallelism: int, physical_inputs,
+                         keyed) -> dict[int, int]:
+    """``AdaptiveBatch``'s parallelism of every operator. Operators joined without an exchange at the
+    same configured parallelism form a group (Flink's forward group) that runs at one parallelism: one
+    its operators set themselves, else their source's, else decided by the bytes the group reads."""
+
+    def configured_parallelism(t: Transformation) -> int:
+        """The parallelism the job gives ``t`` (Flink's graph before the scheduler decides)."""
+        if t.parallelism:
+            return t.parallelism
+        if t.kind == OperatorKind.SOURCE and getattr(t.spec, "non_parallel", False):
+            return 1
+        if t.kind == OperatorKind.SINK and t.inputs and len(physical_inputs(t)) == 1:
+            return configured_parallelism(physical_inputs(t)[0])
+        return default_parallelism
+
+    group = {t.id: t.id for t in transformations}
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    for t in transformations:
+        if t.kind == OperatorKind.SOURCE or t.kind in VIRTUAL_KINDS or len(t.inputs) != 1 or keyed(t):
+            continue
+        link, ins = t.inputs[0], physical_inputs(t)
+        if link.kind == OperatorKind.UNION or (link.kind == OperatorKind.PARTITION and link.spec.strategy != "forward"):
+            continue
+        if len(ins) == 1 and configured_parallelism(t) == configured_parallelism(ins[0]):
+            group[root(t.id)] = root(ins[0].id)
+
+    members: dict[int, list[Transformation]] = defaultdict(list)
+    for t in transformations:
+        if t.kind not in VIRTUAL_KINDS:
+            members[root(t.id)].append(t)
+    upper = adaptive.max_parallelism or default_parallelism
+
+    def volume(ts: list[Transformation]) -> int | None:
+        seen, total, todo = set(), 0, list(ts)
+        while todo:
+            t = todo.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.kind == OperatorKind.SOURCE:
+                size = t.spec.estimated_bytes() if hasattr(t.spec, "estimated_bytes") else None
+                if size is None:
+                    return None
+                total += size
+            todo.extend(t.inputs)
+        return total
+
+    decided = {}
+    for ts in members.values():
+        own = [t.parallelism for t in ts if t.parallelism] or [
+            1 for t in ts if t.kind == OperatorKind.SOURCE and getattr(t.spec, "non_parallel", False)]
+        if own:
+            p = max(own)
+        elif any(t.kind == OperatorKind.SOURCE for t in ts):
+            p = adaptive.source_parallelism or upper
+        else:
+            p = adaptive.decide(volume(ts), default_parallelism)
+        decided.update((t.id, p) for t in ts)
+    return decided
 
 
 # a non-keyed consumer's exchange per partitioning; rescale and forward (across a parallelism change,

@@ -52,7 +52,7 @@ class SparkStages:
         self.stage_code = {s.plan.stage_id: plan.digest(s.plan.stage_id) for s in plan.stages}
         self.readers: dict[int, object] = {}  # source index → its SourceReader (keyspan sources)
         self._initial: dict[int, dict | None] = {}  # source index → the offset its stream starts from
-        self._read_parallelism = 1  # the partitions a source's epoch is split into, at most (fixed per stream)
+        self._read_parallelism: dict[int, int] = {}  # source index → most partitions of its epoch (fixed per stream)
         self._read_frames: dict[int, object] = {}  # n → a DataFrame of n partitions, one row each: n source tasks
         self.source_uids = {i: self._stage_of(t).plan.ops[0].uid for i, t in enumerate(plan.sources)}
         self._columns: dict[int, list[str]] = {}  # source transformation id → its DataFrame's columns
@@ -115,7 +115,7 @@ class SparkStages:
                 df = source_dataframe(self.spark, reader, limit, start, wake_file, (replay or {}).get(str(i)))
                 self.readers[i] = reader
                 self._initial[i] = start or reader.initial_offset()  # as the stream's ``initialOffset``
-                self._read_parallelism = parallelism
+                self._read_parallelism[i] = min(parallelism, self._stage_of(t).plan.parallelism)
             elif hasattr(t.spec, "dataframe"):
                 df = t.spec.dataframe
             else:
@@ -149,7 +149,7 @@ class SparkStages:
             to = (end or {}).get(str(i))
             since = (start or {}).get(str(i)) or self._initial[i]
             reads[self._stage_of(t).plan.stage_id] = (
-                [] if to is None else reader.partitions(since, to, self._read_parallelism))
+                [] if to is None else reader.partitions(since, to, self._read_parallelism[i]))
         return reads
 
     def _read_tasks(self, n: int, session):
