@@ -424,6 +424,16 @@ def test_pyflink_common_names_import_from_keyspan_common():
     assert set(common.__all__) <= set(dir(common))
 
 
+def test_the_functions_module_has_the_state_names_pyflink_s_has():
+    """PyFlink's ``pyflink.datastream.functions`` imports the state classes, and jobs import them from there."""
+    from keyspan.datastream import functions, state
+
+    for name in ("ValueState", "ValueStateDescriptor", "ListState", "ListStateDescriptor", "MapState",
+                 "MapStateDescriptor", "ReducingState", "ReducingStateDescriptor", "AggregatingState",
+                 "AggregatingStateDescriptor", "BroadcastState", "ReadOnlyBroadcastState"):
+        assert getattr(functions, name) is getattr(state, name)
+
+
 def test_unsupported_pyflink_names_say_what_to_use_instead():
     with pytest.raises(ImportError, match="not supported by keyspan: the Table API.*env.from_spark"):
         from keyspan.table import StreamTableEnvironment  # noqa: F401

@@ -6,6 +6,20 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Callable, Generic, Optional, TypeVar
 
+from keyspan.datastream.state import (  # noqa: F401 — PyFlink's functions module has them too
+    AggregatingState,
+    AggregatingStateDescriptor,
+    BroadcastState,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ReadOnlyBroadcastState,
+    ReducingState,
+    ReducingStateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+)
 from keyspan.datastream.timerservice import TimerService  # noqa: F401 — PyFlink's functions module has it too
 
 
