@@ -362,6 +362,27 @@ class DataStream:
         return sink.results()[:limit]
 
 
+# the DataStream methods PyFlink's KeyedStream and CachedDataStream raise on, and how they say it
+_REFUSED_SETTINGS = {
+    "get_name": "Get name of", "name": "Set name for", "uid": "Set uid for", "set_uid_hash": "Set uid hash for",
+    "set_parallelism": "Set parallelism for", "set_max_parallelism": "Set max parallelism for",
+    "force_non_parallel": "Set force non-parallel for", "set_buffer_timeout": "Set buffer timeout for",
+    "start_new_chain": "Start new chain for", "disable_chaining": "Disable chaining for",
+    "slot_sharing_group": "Setting slot sharing group for",
+}
+
+
+def _refuses_settings(cls):
+    for method, what in _REFUSED_SETTINGS.items():
+        def refused(self, *args, _message=f"{what} {cls.__name__} is not supported.", **kwargs):
+            raise Exception(_message)
+
+        refused.__name__ = method
+        setattr(cls, method, refused)
+    return cls
+
+
+@_refuses_settings
 class KeyedStream(DataStream):
     def __init__(self, origin: DataStream, key_selector, key_type=None):
         super().__init__(origin._env, origin._t)
@@ -445,81 +466,16 @@ class KeyedStream(DataStream):
     def project(self, *field_indexes):
         return self._values().project(*field_indexes)
 
-    def get_name(self):
-        raise Exception("Get name of KeyedStream is not supported.")
-
-    def set_uid_hash(self, uid_hash):
-        raise Exception("Set uid hash for KeyedStream is not supported.")
-
-    def set_max_parallelism(self, max_parallelism):
-        raise Exception("Set max parallelism for KeyedStream is not supported.")
-
-    def force_non_parallel(self):
-        raise Exception("Set force non-parallel for KeyedStream is not supported.")
-
-    def set_buffer_timeout(self, timeout_millis):
-        raise Exception("Set buffer timeout for KeyedStream is not supported.")
-
-    def start_new_chain(self):
-        raise Exception("Start new chain for KeyedStream is not supported.")
-
-    def disable_chaining(self):
-        raise Exception("Disable chaining for KeyedStream is not supported.")
-
-    def slot_sharing_group(self, slot_sharing_group):
-        raise Exception("Setting slot sharing group for KeyedStream is not supported.")
-
-    def name(self, name):
-        raise Exception("Set name for KeyedStream is not supported.")
-
-    def uid(self, uid):
-        raise Exception("Set uid for KeyedStream is not supported.")
-
-    def set_parallelism(self, parallelism):
-        raise Exception("Set parallelism for KeyedStream is not supported.")
-
     def cache(self):
         raise Exception("Cache for KeyedStream is not supported.")
 
 
+@_refuses_settings
 class CachedDataStream(DataStream):
     """``DataStream.cache()``: the stream itself, with PyFlink's restrictions on renaming it."""
 
     def invalidate(self) -> None:
         """Nothing is kept between jobs (see ``DataStream.cache``), so nothing is released."""
-
-    def set_parallelism(self, parallelism):
-        raise Exception("Set parallelism for CachedDataStream is not supported.")
-
-    def name(self, name):
-        raise Exception("Set name for CachedDataStream is not supported.")
-
-    def get_name(self):
-        raise Exception("Get name of CachedDataStream is not supported.")
-
-    def uid(self, uid):
-        raise Exception("Set uid for CachedDataStream is not supported.")
-
-    def set_uid_hash(self, uid_hash):
-        raise Exception("Set uid hash for CachedDataStream is not supported.")
-
-    def set_max_parallelism(self, max_parallelism):
-        raise Exception("Set max parallelism for CachedDataStream is not supported.")
-
-    def force_non_parallel(self):
-        raise Exception("Set force non-parallel for CachedDataStream is not supported.")
-
-    def set_buffer_timeout(self, timeout_millis):
-        raise Exception("Set buffer timeout for CachedDataStream is not supported.")
-
-    def start_new_chain(self):
-        raise Exception("Start new chain for CachedDataStream is not supported.")
-
-    def disable_chaining(self):
-        raise Exception("Disable chaining for CachedDataStream is not supported.")
-
-    def slot_sharing_group(self, slot_sharing_group):
-        raise Exception("Setting slot sharing group for CachedDataStream is not supported.")
 
 
 class BroadcastStream:
