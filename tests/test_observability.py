@@ -320,7 +320,8 @@ def test_a_stale_address_served_by_another_workdirs_driver_of_the_same_job_is_no
         answer = _keyspan(*args, workdir=other, cwd=job.root)
         assert f"job '{JOB_ID}' is not running (last seen" in answer.stdout + answer.stderr, answer
     assert _db(job.workdir, "select count(*) from savepoints")[0][0] == savepoints_before
-    assert "RUNNING" in _keyspan("status", JOB_ID, workdir=job.workdir, cwd=job.root).stdout  # its own store still sees it
+    # its own workdir still sees it running
+    assert "RUNNING" in _keyspan("status", JOB_ID, workdir=job.workdir, cwd=job.root).stdout
 
 
 def test_stop_with_drain_then_a_killed_driver_is_reported_not_running(job):

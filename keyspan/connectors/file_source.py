@@ -317,9 +317,10 @@ class FileReader(SourceReader):
         task per file would cost ~60 ms each when many small files arrive at once."""
         known = self._known()
         if end["files"] > len(known):
-            raise RuntimeError(f"file source {', '.join(root.uri for root, _ in self.roots)}: the epoch ends at file {end['files']}, but its "
-                               f"discovery log {self.log.uri} lists {len(known)} files; run the job with --fresh "
-                               "to read the directory from its start")
+            paths = ", ".join(root.uri for root, _ in self.roots)
+            raise RuntimeError(f"file source {paths}: the epoch ends at file {end['files']}, but its discovery log "
+                               f"{self.log.uri} lists {len(known)} files; run the job with --fresh to read the "
+                               "directory from its start")
         return [known[lo:hi] for lo, hi in split_range(start["files"], end["files"], parallelism)]
 
     def read(self, partition):
