@@ -417,7 +417,7 @@ class FileSource(KeyspanSource):
 
     def estimated_bytes(self) -> int | None:
         try:
-            return sum(Storage(path).fs.du(Storage(path).full_path("")) for path in self.paths)
+            return sum(root.fs.du(root.full_path("")) for root in map(Storage, self.paths))
         except (OSError, ValueError):
             return None  # the reader says what is wrong with the path
 

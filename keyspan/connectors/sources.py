@@ -196,15 +196,25 @@ class CollectionSource(KeyspanSource):
             names = type_info.get_field_names()
             collection = [_row_of_type(r, names) if isinstance(r, (tuple, list)) else r for r in collection]
         self.collection = collection
+        self._pickled: bytes | None = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_pickled": None}
+
+    def pickled(self) -> bytes:
+        """The collection as stored: fingerprinted, sized and written from one pickling."""
+        if self._pickled is None:
+            self._pickled = serde.dumps(self.collection)
+        return self._pickled
 
     def fingerprint(self) -> str:
-        return "collection:" + hashlib.sha256(serde.dumps(self.collection)).hexdigest()
+        return "collection:" + hashlib.sha256(self.pickled()).hexdigest()
 
     def estimated_bytes(self) -> int:
-        return len(serde.dumps(self.collection))
+        return len(self.pickled())
 
     def reader(self, storage, uid):
-        data = serde.dumps(self.collection)
+        data = self.pickled()
         path = f"sources/{uid}-{hashlib.sha256(data).hexdigest()[:16]}.pkl"
         if not storage.exists(path):
             storage.write(path, data)
