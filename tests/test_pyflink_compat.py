@@ -16,17 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from keyspan.common import Configuration, JobStatus
+from keyspan.common import Configuration, JobStatus, Row, Time, Types, WatermarkStrategy
+from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import (
     EmbeddedRocksDBStateBackend,
     FsStateBackend,
     KeyedProcessFunction,
     MapFunction,
     Partitioner,
+    ProcessWindowFunction,
     StreamExecutionEnvironment,
 )
 from keyspan.datastream.execution_mode import RuntimeExecutionMode
 from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.window import TumblingEventTimeWindows
 from keyspan.runtime.planner import compile_graph
 
 
@@ -155,6 +158,70 @@ def test_a_cached_stream_gives_each_job_its_records_and_refuses_what_pyflink_ref
             call()
     with pytest.raises(Exception, match="Cache for KeyedStream is not supported"):
         cached.key_by(lambda v: v).cache()
+
+
+class Millis(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1]
+
+
+class KeyAndCount(KeyedProcessFunction):
+    """Emits the key as user code gets it (in process_element and on_timer) and a per-key count."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        ctx.timer_service().register_event_time_timer(10_000)
+        yield "element", ctx.get_current_key(), self.count.value()
+
+    def on_timer(self, timestamp, ctx):
+        yield "timer", ctx.get_current_key(), self.count.value()
+
+
+class KeyOfWindow(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield "window", key, len(list(elements))
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_typed_key_reaches_user_code_as_pyflink_decodes_it_and_a_list_key_works(env, backend):
+    """Checked side by side on PyFlink 2.3: a key of ``Types.ROW`` comes back a row named ``f0, f1``,
+    of ``ROW_NAMED`` a row of those names, of ``Types.LIST`` a list, in process_element, on_timer
+    and a window function's key. A list key, typed or not, keys state (a Python list is unhashable)."""
+    if backend == "rocksdb":
+        env.set_state_backend(EmbeddedRocksDBStateBackend())
+    records = [("a", 1), ("b", 2), ("a", 3)]
+    ds = env.from_collection(records, Types.TUPLE([Types.STRING(), Types.INT()])).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Millis()))
+    row = ds.key_by(lambda r: Row(r[0], r[0] * 2), Types.ROW([Types.STRING(), Types.STRING()]))
+    named = ds.key_by(lambda r: Row(r[0]), Types.ROW_NAMED(["name"], [Types.STRING()]))
+    typed_list = ds.key_by(lambda r: [r[0]], Types.LIST(Types.STRING()))
+    untyped_list = ds.key_by(lambda r: (r[0], [r[0]]))
+    tagged = [stream.process(KeyAndCount()).map(lambda out, tag=tag: (tag,) + out)
+              for tag, stream in (("row", row), ("named", named), ("list", typed_list), ("untyped", untyped_list))]
+    tagged.append(named.window(TumblingEventTimeWindows.of(Time.seconds(10))).process(KeyOfWindow())
+                  .map(lambda out: ("named",) + out))
+    got = list(tagged[0].union(*tagged[1:]).execute_and_collect("typed-keys"))
+    shown = Counter((tag, kind, repr(key), type(key).__name__, n) for tag, kind, key, n in got)
+    assert shown == Counter({
+        ("row", "element", "Row(f0='a', f1='aa')", "Row", 1): 1, ("row", "element", "Row(f0='a', f1='aa')", "Row", 2): 1,
+        ("row", "element", "Row(f0='b', f1='bb')", "Row", 1): 1,
+        ("row", "timer", "Row(f0='a', f1='aa')", "Row", 2): 1, ("row", "timer", "Row(f0='b', f1='bb')", "Row", 1): 1,
+        ("named", "element", "Row(name='a')", "Row", 1): 1, ("named", "element", "Row(name='a')", "Row", 2): 1,
+        ("named", "element", "Row(name='b')", "Row", 1): 1,
+        ("named", "timer", "Row(name='a')", "Row", 2): 1, ("named", "timer", "Row(name='b')", "Row", 1): 1,
+        ("named", "window", "Row(name='a')", "Row", 2): 1, ("named", "window", "Row(name='b')", "Row", 1): 1,
+        ("list", "element", "['a']", "list", 1): 1, ("list", "element", "['a']", "list", 2): 1,
+        ("list", "element", "['b']", "list", 1): 1,
+        ("list", "timer", "['a']", "list", 2): 1, ("list", "timer", "['b']", "list", 1): 1,
+        ("untyped", "element", "('a', ('a',))", "tuple", 1): 1, ("untyped", "element", "('a', ('a',))", "tuple", 2): 1,
+        ("untyped", "element", "('b', ('b',))", "tuple", 1): 1,
+        ("untyped", "timer", "('a', ('a',))", "tuple", 2): 1, ("untyped", "timer", "('b', ('b',))", "tuple", 1): 1,
+    })
+    assert {key.f1 for tag, _, key, _ in got if tag == "row"} == {"aa", "bb"}  # fields by name, as in PyFlink
+    assert {key.name for tag, _, key, _ in got if tag == "named"} == {"a", "b"}
 
 
 BASIC_OPERATIONS = textwrap.dedent("""

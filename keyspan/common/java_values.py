@@ -66,6 +66,20 @@ def received_form(t):
     return partial(_as_declared, t=t, received=True) if _reshapes(t) else None
 
 
+def received_key_form(t):
+    """``received_form`` for a keyed operator's key of key_by's ``key_type``. A list key reaches
+    state as a tuple (a list cannot key a dict), so a key of a list type is handed back as a list."""
+    return partial(_as_declared, t=t, received=True) if _reshapes(t) or _holds_list(t) else None
+
+
+def _holds_list(t) -> bool:
+    if isinstance(t, ListTypeInfo):
+        return True
+    if isinstance(t, (RowTypeInfo, TupleTypeInfo)):
+        return any(map(_holds_list, t.field_types))
+    return False
+
+
 def _reshapes(t) -> bool:
     if isinstance(t, RowTypeInfo):
         return True

@@ -392,6 +392,7 @@ class KeyedStream(DataStream):
 
     def _keyed(self, function: KeyedProcessFunction, name: str, output_type=None) -> DataStream:
         t = self._add(OperatorKind.KEYED_PROCESS, name, function, output_type, key_selector=self._key_selector)
+        t.key_type = self._key_type
         return DataStream(self._env, t)
 
     def process(self, func: KeyedProcessFunction, output_type=None) -> DataStream:
@@ -514,6 +515,7 @@ class BroadcastConnectedStream:
                 raise TypeError("a KeyedStream connected with a BroadcastStream needs a KeyedBroadcastProcessFunction")
             t = data._add(OperatorKind.KEYED_BROADCAST_PROCESS, "Co-Process-Broadcast-Keyed", func, output_type, inputs=inputs,
                           key_selector=data._key_selector, spec=descriptors)
+            t.key_type = data._key_type
         else:
             if not isinstance(func, BroadcastProcessFunction):
                 raise TypeError("a DataStream connected with a BroadcastStream needs a BroadcastProcessFunction "
@@ -596,6 +598,7 @@ class ConnectedStreams:
             t = one._add(OperatorKind.KEYED_CO_PROCESS, name, func, output_type, inputs=[one._t, two._t],
                          key_selector=one._key_selector)
             t.key_selector2 = two._key_selector
+            t.key_type = one._key_type  # PyFlink's connected key_by gives both inputs one key type
         else:
             t = one._add(OperatorKind.CO_PROCESS, name, func, output_type, inputs=[one._t, two._t])
         return DataStream(one._env, t)

@@ -62,6 +62,7 @@ class Transformation:
     function: Any = None
     key_selector: Any = None  # for keyed kinds: the KeyedStream's selector
     key_selector2: Any = None  # for a keyed two-input operator: the second input's selector
+    key_type: Any = None  # for keyed kinds: key_by's key_type, the form in which user code gets the key
     output_type: Any = None
     parallelism: int | None = None
     uid: str | None = None

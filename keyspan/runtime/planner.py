@@ -81,6 +81,7 @@ class OpSpec:
     split: int | None = None  # an origin's split: 0 in a source stage (one per source, unless the source's
     # chunks name theirs: a Kafka partition), else the subtask
     error_policy: Any = None  # a source's ErrorPolicy when its records may carry DeadLetters
+    key_type: Any = None  # a keyed operator's key_by key_type: user code gets the key as PyFlink decodes it
 
 
 @dataclass
@@ -345,6 +346,8 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             op.error_policy = policy
         if kind in BROADCAST_KINDS:
             op.broadcast_descriptors = list(t.spec)
+        if kind in KEYED_KINDS:
+            op.key_type = t.key_type
         if kind == OperatorKind.SINK:
             if t.spec.runs_in_task:
                 op.sink = t.spec

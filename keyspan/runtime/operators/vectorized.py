@@ -422,7 +422,7 @@ class VectorizedWindowOperator(WindowOperator):
         head_kgs = kgs[first_records].tolist()
         for start, key, kg, accumulator in zip(head_starts, head_keys, head_kgs, accumulators):
             window = shared_window(start)
-            backend.current_key = self._key = key
+            backend.current_key = key
             backend.current_key_group = kg
             contents.set_current_namespace(window)
             if contents.add_accumulator(accumulator):

@@ -11,7 +11,7 @@ from functools import partial
 import pyarrow as pa
 
 from keyspan.common.clock import LONG_MIN
-from keyspan.common.java_values import received_form
+from keyspan.common.java_values import received_form, received_key_form
 from keyspan.common.types import rows_of_arrow
 from keyspan.connectors.dead_letter import DeadLetter
 from keyspan.datastream.output_tag import OutputTag
@@ -200,8 +200,9 @@ class OperatorChain:
         if kind == OperatorKind.KEYED_PROCESS:
             inst = self._instance(op, keyed=True)
             backend = inst.backend
-            ctx = KeyedContext(backend, self.ts_cell, inst.timers)
-            self._start_timers(inst, op, emit, OnTimerContext(backend, self.ts_cell, inst.timers))
+            present_key = received_key_form(op.key_type)
+            ctx = KeyedContext(backend, self.ts_cell, inst.timers, present_key)
+            self._start_timers(inst, op, emit, OnTimerContext(backend, self.ts_cell, inst.timers, present_key))
             process_element = inst.function.process_element
 
             def process(value, key, kg):  # ``emitting`` inlined: this runs once per record
@@ -374,9 +375,10 @@ class OperatorChain:
         cell = self.ts_cell
         if keyed:
             timers = inst.timers
-            read_ctx = KeyedBroadcastReadOnlyContext(states, cell, timers, backend)
-            write_ctx = KeyedBroadcastContext(states, cell, timers, backend)
-            self._start_timers(inst, op, emit, KeyedBroadcastOnTimerContext(states, cell, timers, backend))
+            present_key = received_key_form(op.key_type)
+            read_ctx = KeyedBroadcastReadOnlyContext(states, cell, timers, backend, present_key)
+            write_ctx = KeyedBroadcastContext(states, cell, timers, backend, present_key)
+            self._start_timers(inst, op, emit, KeyedBroadcastOnTimerContext(states, cell, timers, backend, present_key))
         else:
             clock = Clock(self._watermark(op))
             read_ctx, write_ctx = BroadcastReadOnlyContext(states, cell, clock), BroadcastContext(states, cell, clock)
@@ -405,8 +407,9 @@ class OperatorChain:
         if op.kind == OperatorKind.KEYED_CO_PROCESS:
             inst = self._instance(op, keyed=True)
             backend = inst.backend
-            ctx = KeyedCoContext(backend, self.ts_cell, inst.timers)
-            self._start_timers(inst, op, emit, KeyedCoOnTimerContext(backend, self.ts_cell, inst.timers))
+            present_key = received_key_form(op.key_type)
+            ctx = KeyedCoContext(backend, self.ts_cell, inst.timers, present_key)
+            self._start_timers(inst, op, emit, KeyedCoOnTimerContext(backend, self.ts_cell, inst.timers, present_key))
 
             def keyed(call):
                 pe = emitting(op, subtask, call, emit)

@@ -97,18 +97,29 @@ class Clock(timerservice.TimerService):
     delete_event_time_timer = delete_processing_time_timer = _no_timers
 
 
+def presented_key(backend, present_key):
+    """The current key as user code gets it: ``present_key`` (``received_form`` of key_by's key_type)
+    gives the form PyFlink decodes a typed key in, a ``Types.ROW`` key as a row named ``f0, f1, …``.
+    State keeps the selector's own value, so a key_type given later does not move any state."""
+    key = backend.current_key
+    return key if present_key is None else present_key(key)
+
+
 class KeyedContext(KeyedProcessFunction.Context):
     """``process_element``'s context: the record's timestamp is the task's current one."""
 
-    __slots__ = ("_backend", "_cell", "_timers")
+    __slots__ = ("_backend", "_cell", "_timers", "_present_key")
 
-    def __init__(self, backend, cell, timers):
+    def __init__(self, backend, cell, timers, present_key=None):
         self._backend = backend
         self._cell = cell
         self._timers = timers
+        self._present_key = present_key
 
     def get_current_key(self):
-        return self._backend.current_key
+        key = self._backend.current_key  # presented_key inlined: a window operator asks once per record
+        present_key = self._present_key
+        return key if present_key is None else present_key(key)
 
     def timestamp(self):
         ts = self._cell[0]  # inlined, once per record: a call would double its cost
@@ -220,11 +231,12 @@ class BroadcastStates:
 class _BroadcastContextBase:
     _writable = False
 
-    def __init__(self, states: BroadcastStates, cell, clock, backend=None):
+    def __init__(self, states: BroadcastStates, cell, clock, backend=None, present_key=None):
         self._states = states
         self._cell = cell
         self._clock = clock
         self._backend = backend
+        self._present_key = present_key
 
     def get_broadcast_state(self, state_descriptor):
         return self._states.get(state_descriptor, self._writable)
@@ -250,7 +262,7 @@ class BroadcastContext(_BroadcastContextBase, BroadcastProcessFunction.Context):
 
 class KeyedBroadcastReadOnlyContext(_BroadcastContextBase, KeyedBroadcastProcessFunction.ReadOnlyContext):
     def get_current_key(self):
-        return self._backend.current_key
+        return presented_key(self._backend, self._present_key)
 
     def timer_service(self):
         return self._clock  # the instance's TimerService
@@ -272,6 +284,6 @@ class KeyedBroadcastContext(_BroadcastContextBase, KeyedBroadcastProcessFunction
             for kg, key in entries:
                 backend.current_key = key
                 backend.current_key_group = kg
-                function(key, state)
+                function(presented_key(backend, self._present_key), state)
         finally:
             backend.current_key, backend.current_key_group = saved

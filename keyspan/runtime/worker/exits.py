@@ -28,6 +28,13 @@ def frozen(value):
     return serde.loads(serde.dumps(value))
 
 
+def hashable_key(key):
+    """A list key (``key_by(lambda r: [r.a, r.b])``, a ``Types.LIST`` key), or a tuple key holding
+    lists, as the tuple that keys state: a list cannot key a dict. Its key group is the list's: the
+    hash reads both alike."""
+    return tuple(hashable_key(part) if type(part) in (list, tuple) else part for part in key)
+
+
 def chunk(kgs, keys, records: list, stamps, side) -> bytes:
     """One pickled chunk (the Rows of one named class travel as one list per field: ``packed_rows``)."""
     return serde.dumps((kgs, keys, packed_rows(records), stamps, side))
@@ -184,6 +191,8 @@ class KeyedExit:
             memo = self.key_groups if type(key) in _MEMO_KEY_TYPES else None
             kg = None if memo is None else memo.get(key)
             if kg is None:
+                if type(key) is list or (type(key) is tuple and list in map(type, key)):
+                    key = hashable_key(key)
                 kg = assign_to_key_group(key, self.max_parallelism)
                 if memo is not None and len(memo) < _MEMO_LIMIT:
                     memo[key] = kg
