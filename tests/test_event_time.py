@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from keyspan.common import Duration, WatermarkStrategy
+from keyspan.common import Duration, Time, Types, WatermarkStrategy
 from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import KeyedProcessFunction, ProcessFunction, TimeDomain
 from keyspan.datastream.output_tag import OutputTag
+from keyspan.datastream.functions import ProcessWindowFunction
 from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.window import ContinuousEventTimeTrigger, TumblingEventTimeWindows
 
 LONG_MIN = -(1 << 63)
 LONG_MAX = (1 << 63) - 1
@@ -201,6 +203,55 @@ def test_no_watermarks_fire_event_timers_only_at_the_end_of_input(env):
     out = _fired(env, WatermarkStrategy.no_watermarks().with_timestamp_assigner(SecondField()), data)
     assert sorted(t for _, t, _ in out) == [10, 20, 30, 40, 50, 60]
     assert {wm for _, _, wm in out} == {LONG_MAX}
+
+
+class ChainsTimers(KeyedProcessFunction):
+    """Each firing counts itself; the first three register a timer 5 ms later, the second also one
+    already 100 ms past: PyFlink fires both in the next round, after the timers due before them."""
+
+    def open(self, runtime_context):
+        self.fired = runtime_context.get_state(ValueStateDescriptor("fired", Types.INT()))
+
+    def process_element(self, value, ctx):
+        ctx.timer_service().register_event_time_timer(value[1] + 10)
+
+    def on_timer(self, timestamp, ctx):
+        n = (self.fired.value() or 0) + 1
+        self.fired.update(n)
+        if n < 4:
+            ctx.timer_service().register_event_time_timer(timestamp + 5)
+        if n == 2:
+            ctx.timer_service().register_event_time_timer(timestamp - 100)
+        yield "timer", ctx.get_current_key(), timestamp, n
+
+
+class Fires(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield "window", key, context.window().start, len(list(elements))
+
+
+def test_a_timer_registered_while_timers_fire_fires_in_the_next_round_as_in_pyflink(env):
+    """Checked side by side on PyFlink 2.3: the timers due when the watermark passes them fire in
+    timestamp order, and one registered meanwhile fires after them, even if it is due earlier (Java's
+    timer service would fire it at once). So ``ContinuousEventTimeTrigger`` at the end of the input
+    fires a window once for its first interval and once at its end, not once per interval."""
+    strategy = WatermarkStrategy.no_watermarks().with_timestamp_assigner(SecondField())
+    keyed = env.from_collection([("a", 1, ""), ("b", 2, ""), ("a", 3, "")]) \
+        .assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0])
+    timers = keyed.process(ChainsTimers())
+    windows = env.from_collection([("a", t, "") for t in (0, 3, 9, 15, 30)] + [("b", 4, "")]) \
+        .assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(10))) \
+        .trigger(ContinuousEventTimeTrigger.of(Time.milliseconds(3))).process(Fires())
+    out = list(timers.union(windows).execute_and_collect())
+    fired = {key: [(ts, n) for kind, k, ts, n in sorted(out, key=lambda r: r[3]) if kind == "timer" and k == key]
+             for key in ("a", "b")}
+    # a: 11 and 13 are due; 13 registers 18 and -87, 11 had registered 16: the next round fires
+    # -87 (registering -82), 16, 18; the round after, -82
+    assert fired["a"] == [(11, 1), (13, 2), (-87, 3), (16, 4), (18, 5), (-82, 6)]
+    assert fired["b"] == [(12, 1), (17, 2), (-83, 3), (22, 4), (-78, 5)]
+    assert sorted(r[1:] for r in out if r[0] == "window") == [
+        ("a", 0, 3), ("a", 0, 3), ("a", 10, 1), ("a", 10, 1), ("a", 30, 1), ("a", 30, 1), ("b", 0, 1), ("b", 0, 1)]
 
 
 def test_from_source_with_a_strategy_assigns_timestamps_at_the_source(env, workdir):

@@ -1,5 +1,6 @@
 """A keyed operator's timers fire by timestamp, then in the order they were registered; a deleted
-timer never fires, a timer registered while firing fires in its place in that order, and a queue
+timer never fires, a timer registered while firing fires in the next round (after the timers that
+were due when the pass began, as PyFlink's), and a queue
 rebuilt from the timer state (after a restore or a rollback, or once deleted timers' stale entries
 would outnumber the timers) fires the same timers. The worker's ``TimerService`` on a real heap
 backend and a real RocksDB backend, against a list of its queue entries."""
@@ -37,13 +38,31 @@ class Model:
         self.queue: list[tuple[int, int, str]] | None = None
         self.active = False  # the service looks at its queues only once timers were used
         self.until_rebuild = 0
+        self.next_round: dict[int, list] | None = None  # while firing: entries registered meanwhile, per domain
 
     def register(self, domain, ts, key):
         self.active = True
         if (domain, ts, key) not in self.pending:
             self.pending.add((domain, ts, key))
             if self.queue is not None:
-                self.queue.append((domain, ts, key))
+                (self.queue if self.next_round is None else self.next_round[domain]).append((domain, ts, key))
+
+    def start_firing(self):
+        self.next_round = {EVENT_TIME: [], PROCESSING_TIME: []}
+
+    def end_firing(self):
+        for domain in self.next_round:
+            self._next_round_begins(domain)
+        self.next_round = None
+
+    def _next_round_begins(self, domain):
+        waiting = self.next_round[domain] if self.next_round is not None else []
+        if not waiting:
+            return False
+        if self.queue is not None:
+            self.queue.extend(waiting)
+        waiting.clear()
+        return True
 
     def delete(self, domain, ts, key):
         self.active = True
@@ -59,7 +78,10 @@ class Model:
         while True:
             due = [i for i, t in enumerate(queue) if t[0] == domain and t[1] <= limit]
             if not due:
-                return None
+                if not self._next_round_begins(domain):
+                    return None
+                queue = self._queue()
+                continue
             first = min(due, key=lambda i: (queue[i][1], i))
             entry = queue.pop(first)
             if entry in self.pending:
@@ -82,6 +104,8 @@ class Model:
             key_order = {key: i for i, (_, key) in enumerate(self.backend.keys_of(TIMER_STATE))}
             self.queue = sorted(self.pending, key=lambda t: key_order[t[2]])
             self.until_rebuild = len(self.pending) + self.slack
+            for waiting in (self.next_round or {}).values():  # in the rebuilt queue: they fire this round
+                waiting.clear()
         return self.queue
 
 
@@ -110,7 +134,7 @@ steps = st.one_of(
     st.tuples(st.just("register"), domains, timestamps, keys),
     st.tuples(st.just("delete"), domains, timestamps, keys),
     # fire what ``limit`` has passed; the first firing registers one more timer for its key, ``offset``
-    # from the fired one (not positive: already due, so it fires in the same pass)
+    # from the fired one (not positive: already due, so it fires in the pass's next round)
     st.tuples(st.just("fire"), domains, timestamps, st.integers(min_value=-3, max_value=3)),
     st.tuples(st.just("rebuild")),
 )
@@ -194,6 +218,8 @@ def check_timers_against_the_model(backend, script, slack):
         elif kind == "fire":
             _, domain, limit, offset = step
             follow_up = True
+            timers.start_firing()
+            model.start_firing()
             while True:
                 expected = model.pop_due(domain, limit)
                 fired = timers.pop_due(domain, limit)
@@ -206,6 +232,8 @@ def check_timers_against_the_model(backend, script, slack):
                     _register(timers, domain, max(0, fired + offset))
                     model.register(domain, max(0, fired + offset), backend.current_key)
                     follow_up = False
+            timers.end_firing()
+            model.end_firing()
         else:
             timers.invalidate()  # the state changed under the queues: they are rebuilt from it
             model.invalidate()

@@ -398,6 +398,7 @@ class StageTask(OperatorChain):
         on_timer = emitting(op, self.subtask, inst.function.on_timer, emit, describe=describe)
         fire_window_ends = getattr(inst.function, "event_time_firing", None)
         cell = self.ts_cell
+        timers.start_firing()
         try:
             while True:
                 domain = TimeDomain.EVENT_TIME
@@ -428,6 +429,7 @@ class StageTask(OperatorChain):
                 if self._buffered() >= FLUSH_RECORDS:
                     self._flush_exits()
         finally:
+            timers.end_firing()
             timers.processing_ended = False
 
     def _time_after_epoch(self) -> dict:

@@ -6,6 +6,11 @@ or the timer's namespaces}), which de-duplicates per (key, domain, timestamp). A
 orders them for firing; it lives only in the worker and is rebuilt from the state whenever the state
 was restored or rolled back, so it can never disagree with what a checkpoint holds.
 
+Timers fire in rounds, as PyFlink's do: a firing pass fires the timers due when it starts, in
+timestamp order, and a timer registered meanwhile waits for the next round, even one due earlier
+than timers left in this round (``ContinuousEventTimeTrigger`` at the end of the input fires a
+window twice, not once per interval the watermark jumped). Java's timer service would fire it at once.
+
 A user's timers carry no namespace (``True``). The window operator's do, as in Flink's internal timer
 service: one timer per (key, domain, timestamp) holds the windows that registered it, so a window's
 timer costs one state entry, not a second map from timestamp to windows beside it.
@@ -34,6 +39,7 @@ class TimerService(timerservice.TimerService):
         self._state = None
         self._queues: tuple[DueQueue, DueQueue] | None = None
         self._stale_until_rebuild = 0
+        self._next_round: tuple[list, list] | None = None  # per domain, while firing: timers registered meanwhile
         self.watermark = LONG_MIN
         self.fired_namespaces = None  # the namespaces of the timer ``pop_due`` returned last
         self.processing_ended = False  # BATCH mode's end of input: no processing-time timer is registered
@@ -123,6 +129,27 @@ class TimerService(timerservice.TimerService):
         if new:
             self._enqueue(domain, timestamp)
 
+    def start_firing(self) -> None:
+        """A firing pass begins: timers registered from now on wait for the round after the current one."""
+        self._next_round = ([], [])
+
+    def end_firing(self) -> None:
+        for domain in (EVENT_TIME, PROCESSING_TIME):
+            self._next_round_begins(domain)
+        self._next_round = None
+
+    def _next_round_begins(self, domain: int) -> bool:
+        """Queue the timers of ``domain`` registered during this round; whether there were any."""
+        waiting = self._next_round[domain] if self._next_round is not None else None
+        if not waiting:
+            return False
+        if self._queues is not None:  # else the rebuild from state finds them
+            push = self._queues[domain].push
+            for timestamp, kg, key in waiting:
+                push(timestamp, kg, key)
+        waiting.clear()
+        return True
+
     def pop_due(self, domain: int, limit: int):
         """The next timer of ``domain`` with timestamp <= ``limit``, removed from state, with the
         backend's current key set to its key and its namespaces in ``fired_namespaces``; or None."""
@@ -132,7 +159,10 @@ class TimerService(timerservice.TimerService):
         while True:
             due = queue.pop(limit)
             if due is None:
-                return None
+                if not self._next_round_begins(domain):
+                    return None
+                queue = self._ensure_queues()[domain]
+                continue
             timestamp, kg, key = due
             b.current_key_group = kg
             b.current_key = key
@@ -169,7 +199,10 @@ class TimerService(timerservice.TimerService):
     def _enqueue(self, domain: int, timestamp: int) -> None:
         if self._queues is not None:
             b = self._backend
-            self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
+            if self._next_round is not None:
+                self._next_round[domain].append((timestamp, b.current_key_group, b.current_key))
+            else:
+                self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
 
     def _delete(self, domain: int, timestamp) -> None:
         timestamp = _check_timestamp(timestamp)
@@ -194,6 +227,8 @@ class TimerService(timerservice.TimerService):
                 timers += 1
             self._queues = queues
             self._stale_until_rebuild = timers + QUEUE_SLACK
+            for waiting in self._next_round or ():  # queued now, from state: a rebuild mid-pass fires them this round
+                waiting.clear()
         return self._queues
 
 
