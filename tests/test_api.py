@@ -319,6 +319,21 @@ def test_row_named_records_and_print_at_parallelism_one(env, capsys):
 
 
 
+def test_project_keeps_the_fields_given_and_prints_a_tuple_stream_as_pyflink_s_java_projection(env, capsys):
+    """PyFlink projects in Java: a stream of ``Types.TUPLE`` gives Java tuples, which ``print()`` shows as
+    ``(0.5,a)`` (checked on PyFlink 2.3) and ``execute_and_collect`` returns as Python tuples. keyspan
+    also projects Rows and tuples without a declared type, which PyFlink refuses."""
+    env.set_parallelism(1)
+    records = [("a", 3, 0.5), ("b", 1, 2.5)]
+    typed = env.from_collection(records, Types.TUPLE([Types.STRING(), Types.INT(), Types.DOUBLE()]))
+    typed.project(2, 0).print()
+    env.execute("project-print")
+    assert sorted(capsys.readouterr().out.splitlines()) == ["(0.5,a)", "(2.5,b)"]
+    both = typed.project(2, 0).union(env.from_collection([Row("c", 7, 1.0)]).project(1),
+                                     env.from_collection(records).key_by(lambda r: r[0]).project(0, 1))
+    assert sorted(map(repr, both.execute_and_collect())) == sorted(map(repr, [
+        (0.5, "a"), (2.5, "b"), Row(7), ("a", 3), ("b", 1)]))
+
 def _with_kind(record):
     row = Row(key=record[0], n=record[1])
     row.set_row_kind([RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE][record[1] % 4])

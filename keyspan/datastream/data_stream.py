@@ -6,6 +6,7 @@ from typing import Callable, Union
 
 from keyspan.common.clock import LONG_MAX
 from keyspan.common.execution_config import ExecutionConfig
+from keyspan.common.typeinfo import TupleTypeInfo, Types
 from keyspan.common.types import Row
 from keyspan.datastream.aggregates import RollingAggregation
 from keyspan.datastream.functions import (
@@ -227,10 +228,14 @@ class DataStream:
         return self._partition("custom", part, selector)
 
     def project(self, *field_indexes: int) -> "DataStream":
-        """A stream of the given fields of each tuple/Row record."""
+        """A stream of the given fields of each tuple/Row record. On a stream of ``Types.TUPLE`` (the
+        only kind PyFlink projects) the result is a tuple type of those fields, so ``print()`` shows
+        Java's tuples (``(0.1,b)``) as PyFlink's Java projection does."""
         fields = list(field_indexes)
+        t = self._t.output_type
+        output_type = Types.TUPLE([t.field_types[i] for i in fields]) if isinstance(t, TupleTypeInfo) else None
         return self.map(lambda value: Row(*[value[i] for i in fields]) if isinstance(value, Row)
-                        else tuple(value[i] for i in fields))
+                        else tuple(value[i] for i in fields), output_type)
 
     def _add(self, kind: str, name: str, function=None, output_type=None, inputs=None, key_selector=None,
              spec=None) -> Transformation:
