@@ -21,6 +21,7 @@ from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import (
     EmbeddedRocksDBStateBackend,
     FsStateBackend,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     MapFunction,
     Partitioner,
@@ -180,6 +181,14 @@ class KeyAndCount(KeyedProcessFunction):
         yield "timer", ctx.get_current_key(), self.count.value()
 
 
+class KeyOfBothInputs(KeyedCoProcessFunction):
+    def process_element1(self, value, ctx):
+        yield "first", ctx.get_current_key(), 0
+
+    def process_element2(self, value, ctx):
+        yield "second", ctx.get_current_key(), 0
+
+
 class KeyOfWindow(ProcessWindowFunction):
     def process(self, key, context, elements):
         yield "window", key, len(list(elements))
@@ -203,6 +212,8 @@ def test_a_typed_key_reaches_user_code_as_pyflink_decodes_it_and_a_list_key_work
               for tag, stream in (("row", row), ("named", named), ("list", typed_list), ("untyped", untyped_list))]
     tagged.append(named.window(TumblingEventTimeWindows.of(Time.seconds(10))).process(KeyOfWindow())
                   .map(lambda out: ("named",) + out))
+    tagged.append(ds.connect(ds).key_by(lambda r: Row(r[0]), lambda r: Row(r[0]), Types.ROW([Types.STRING()]))
+                  .process(KeyOfBothInputs()).map(lambda out: ("co",) + out))
     got = list(tagged[0].union(*tagged[1:]).execute_and_collect("typed-keys"))
     shown = Counter((tag, kind, repr(key), type(key).__name__, n) for tag, kind, key, n in got)
     assert shown == Counter({
@@ -219,6 +230,8 @@ def test_a_typed_key_reaches_user_code_as_pyflink_decodes_it_and_a_list_key_work
         ("untyped", "element", "('a', ('a',))", "tuple", 1): 1, ("untyped", "element", "('a', ('a',))", "tuple", 2): 1,
         ("untyped", "element", "('b', ('b',))", "tuple", 1): 1,
         ("untyped", "timer", "('a', ('a',))", "tuple", 2): 1, ("untyped", "timer", "('b', ('b',))", "tuple", 1): 1,
+        ("co", "first", "Row(f0='a')", "Row", 0): 2, ("co", "first", "Row(f0='b')", "Row", 0): 1,
+        ("co", "second", "Row(f0='a')", "Row", 0): 2, ("co", "second", "Row(f0='b')", "Row", 0): 1,
     })
     assert {key.f1 for tag, _, key, _ in got if tag == "row"} == {"aa", "bb"}  # fields by name, as in PyFlink
     assert {key.name for tag, _, key, _ in got if tag == "named"} == {"a", "b"}
