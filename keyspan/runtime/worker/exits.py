@@ -191,8 +191,13 @@ class KeyedExit:
             memo = self.key_groups if type(key) in _MEMO_KEY_TYPES else None
             kg = None if memo is None else memo.get(key)
             if kg is None:
-                if type(key) is list or (type(key) is tuple and list in map(type, key)):
+                if type(key) is list:
                     key = hashable_key(key)
+                elif type(key) is tuple:
+                    try:
+                        hash(key)  # 40 ns; a scan of the parts for lists costs three times that
+                    except TypeError:
+                        key = hashable_key(key)
                 kg = assign_to_key_group(key, self.max_parallelism)
                 if memo is not None and len(memo) < _MEMO_LIMIT:
                     memo[key] = kg
