@@ -98,7 +98,7 @@ class Clock(timerservice.TimerService):
 
 
 def presented_key(backend, present_key):
-    """The current key as user code gets it: ``present_key`` (``received_form`` of key_by's key_type)
+    """The current key as user code gets it: ``present_key`` (``received_key_form`` of key_by's key_type)
     gives the form PyFlink decodes a typed key in, a ``Types.ROW`` key as a row named ``f0, f1, …``.
     State keeps the selector's own value, so a key_type given later does not move any state."""
     key = backend.current_key
