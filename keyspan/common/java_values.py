@@ -69,26 +69,20 @@ def received_form(t):
 def received_key_form(t):
     """``received_form`` for a keyed operator's key of key_by's ``key_type``. A list key reaches
     state as a tuple (a list cannot key a dict), so a key of a list type is handed back as a list."""
-    return partial(_as_declared, t=t, received=True) if _reshapes(t) or _holds_list(t) else None
+    return partial(_as_declared, t=t, received=True) if _reshapes(t, lists=True) else None
 
 
-def _holds_list(t) -> bool:
-    if isinstance(t, ListTypeInfo):
-        return True
-    if isinstance(t, (RowTypeInfo, TupleTypeInfo)):
-        return any(map(_holds_list, t.field_types))
-    return False
-
-
-def _reshapes(t) -> bool:
+def _reshapes(t, lists: bool = False) -> bool:
+    """Whether a value of type ``t`` comes back in another form; ``lists``: a list counts (a key's
+    list was kept as a tuple)."""
     if isinstance(t, RowTypeInfo):
         return True
     if isinstance(t, TupleTypeInfo):
-        return any(map(_reshapes, t.field_types))
+        return any(_reshapes(f, lists) for f in t.field_types)
     if isinstance(t, ListTypeInfo):
-        return _reshapes(t.element_type)
+        return lists or _reshapes(t.element_type, lists)
     if isinstance(t, MapTypeInfo):
-        return _reshapes(t.key_type) or _reshapes(t.value_type)
+        return _reshapes(t.key_type, lists) or _reshapes(t.value_type, lists)
     return getattr(t, "name", None) == "FLOAT"
 
 
