@@ -336,6 +336,35 @@ def test_csv_bulk_writer_writes_what_the_reader_reads_back(env, tmp_path):
     assert sorted(back, key=lambda r: r.id) == records
 
 
+def test_csv_decimal_and_float_columns_hold_what_flink_keeps(env, tmp_path):
+    """Checked against PyFlink 2.3 on the same files: a ``DECIMAL(10, 2)`` column is read at its scale,
+    rounded half up, and as None past its precision; a ``FLOAT`` is the single-precision number. The
+    writer keeps a decimal at its column's scale and writes it as Jackson does, trailing zeros
+    stripped (``1E+2`` for 100)."""
+    from keyspan.datastream.connectors import FileSink, FileSource
+    from keyspan.datastream.formats.csv import CsvBulkWriters, CsvReaderFormat, CsvSchema
+    from keyspan.table import DataTypes
+
+    schema = CsvSchema.builder().add_number_column("d", number_type=DataTypes.DECIMAL(10, 2)) \
+        .add_number_column("f", number_type=DataTypes.FLOAT()).build()
+    path = tmp_path / "in.csv"
+    path.write_text("1.5,0.1\n100,1e-7\n1.555,2.5\n-1.555,3\n99999999.995,0\n")
+    source = FileSource.for_record_stream_format(CsvReaderFormat.for_schema(schema), str(path)).build()
+    rows = env.set_parallelism(1).from_source(source, WatermarkStrategy.no_watermarks(), "csv")
+    got = rows.map(lambda r: (r.d, r.f)).execute_and_collect()
+    D = decimal.Decimal
+    assert [(str(d) if d is not None else None, f) for d, f in got] == [
+        ("1.50", 0.10000000149011612), ("100.00", 1.0000000116860974e-07), ("1.56", 2.5), ("-1.56", 3.0), (None, 0.0)]
+
+    out = tmp_path / "out"
+    values = [D("1.50"), D("100"), D("-0.00"), D("1.555"), D("12345678.90"), D("99999999.995")]
+    env.from_collection([Row(d=v, f=1.0) for v in values], type_info=Types.ROW_NAMED(["d", "f"], [Types.BIG_DEC(), Types.FLOAT()])) \
+        .sink_to(FileSink.for_bulk_format(str(out), CsvBulkWriters.for_schema(schema)).build())
+    env.execute("csv-decimals")
+    written = "".join(p.read_text() for p in out.iterdir() if p.is_file())
+    assert written.splitlines() == ["1.5,1.0", "1E+2,1.0", "0,1.0", "1.56,1.0", "12345678.9,1.0", ",1.0"]
+
+
 def test_csv_schema_checks_its_dialect():
     from keyspan.datastream.formats.csv import CsvBulkWriters, CsvReaderFormat, CsvSchema
 

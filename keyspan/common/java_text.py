@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import struct
 from decimal import Decimal
 from functools import partial
 
@@ -62,6 +63,14 @@ def java_string(value, t) -> str:
         digits = next(n for n in (3, 6, 9) if value.nanos % 10 ** (9 - n) == 0)
         return stamp + (f".{value.nanos:09d}"[:digits + 1] if value.nanos else "") + "Z"
     return str(value)
+
+
+def single_precision(value: float) -> float:
+    """A Java ``float`` widened to a double: what a Python function gets for a ``FLOAT`` value."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond a float's range, as Java's cast gives
+        return math.copysign(math.inf, value)
 
 
 def java_float(x: float, single: bool) -> str:

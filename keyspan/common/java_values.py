@@ -13,10 +13,9 @@ number and bytes stay bytes."""
 from __future__ import annotations
 
 import math
-import struct
 from functools import partial
 
-from keyspan.common.java_text import java_float
+from keyspan.common.java_text import java_float, single_precision
 from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo
 from keyspan.common.types import Row
 
@@ -49,14 +48,6 @@ def printed_row(row, t: RowTypeInfo) -> str:
 def _float_as_collected(value: float) -> float:
     """PyFlink reads Java's ``Float.toString`` back."""
     return float(java_float(value, single=True)) if math.isfinite(value) else value
-
-
-def _float_as_received(value: float) -> float:
-    """A Python function gets the single-precision number, widened."""
-    try:
-        return struct.unpack("f", struct.pack("f", value))[0]
-    except OverflowError:  # beyond a float's range, as Java's cast gives
-        return math.copysign(math.inf, value)
 
 
 def received_form(t):
@@ -111,7 +102,7 @@ def _converted(value, t, received: bool):
         return {_converted_or_none(k, t.key_type, received): _converted_or_none(v, t.value_type, received)
                 for k, v in value.items()}
     if getattr(t, "name", None) == "FLOAT" and isinstance(value, float):
-        return _float_as_received(value) if received else _float_as_collected(value)
+        return single_precision(value) if received else _float_as_collected(value)
     return value
 
 

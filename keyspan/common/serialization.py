@@ -17,8 +17,8 @@ import decimal
 import io
 import json
 
-from keyspan.common.java_text import text_of
-from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo, TypeInformation, Types
+from keyspan.common.java_text import single_precision, text_of
+from keyspan.common.typeinfo import DecimalTypeInfo, ListTypeInfo, MapTypeInfo, RowTypeInfo, TupleTypeInfo, TypeInformation, Types
 from keyspan.common.types import Row
 
 
@@ -184,7 +184,9 @@ def from_text(text: str, t: TypeInformation, name: str):
             return text
         if kind in _INTS:
             return int(text.strip())
-        if kind in _FLOATS:
+        if kind == "FLOAT":  # Java parses a float: Python gets the single-precision number
+            return single_precision(float(text.strip()))
+        if kind == "DOUBLE":
             return float(text.strip())
         if kind == "BOOLEAN":
             low = text.strip().lower()
@@ -192,7 +194,8 @@ def from_text(text: str, t: TypeInformation, name: str):
                 raise ValueError(f"'{text}' is not true or false")
             return low == "true"
         if kind == "BIG_DEC":
-            return decimal.Decimal(text.strip())
+            value = decimal.Decimal(text.strip())
+            return t.fitted(value) if isinstance(t, DecimalTypeInfo) else value
         if kind == "SQL_DATE":
             return datetime.date.fromisoformat(text.strip())
         if kind == "SQL_TIMESTAMP":
@@ -250,7 +253,7 @@ def _from_json(value, t: TypeInformation, name: str, fail_on_missing: bool):
     if kind in _INTS and isinstance(value, float) and value.is_integer():
         return int(value)
     if kind in _FLOATS and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return single_precision(float(value)) if kind == "FLOAT" else float(value)
     if kind == "BIG_DEC" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return decimal.Decimal(str(value))
     if kind == "PICKLED_BYTE_ARRAY":

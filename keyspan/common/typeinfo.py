@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 from enum import Enum
 
 import pyarrow as pa
@@ -125,6 +126,24 @@ class BasicTypeInfo(TypeInformation):
     def INSTANT_TYPE_INFO():
         """Values are ``keyspan.common.Instant``s (pickled, as PyFlink's Python objects of this type)."""
         return InstantTypeInfo("INSTANT", None)
+
+
+class DecimalTypeInfo(BasicTypeInfo):
+    """``DataTypes.DECIMAL(precision, scale)``: a ``BIG_DEC`` whose values Flink keeps at ``scale``
+    digits after the point (rounded half up), and as null when they need more than ``precision`` digits."""
+
+    def __init__(self, precision: int, scale: int):
+        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+            raise ValueError(f"DECIMAL({precision}, {scale}): the precision must be 1 to 38 and the scale 0 to the precision")
+        super().__init__("BIG_DEC", None)
+        self.precision = precision
+        self.scale = scale
+
+    def fitted(self, value: decimal.Decimal) -> decimal.Decimal | None:
+        """``value`` as Flink's ``DecimalData.fromBigDecimal`` keeps it."""
+        context = decimal.Context(prec=self.precision + 1 + max(0, value.adjusted()), rounding=decimal.ROUND_HALF_UP)
+        fitted = value.quantize(decimal.Decimal(1).scaleb(-self.scale), context=context)
+        return fitted if len(fitted.as_tuple().digits) <= self.precision else None
 
 
 class InstantTypeInfo(BasicTypeInfo):

@@ -4,7 +4,7 @@ Python values, so it also works wherever a ``Types.*`` is expected."""
 
 from __future__ import annotations
 
-from keyspan.common.typeinfo import Types
+from keyspan.common.typeinfo import DecimalTypeInfo, Types
 
 __all__ = ["DataTypes", "DataField"]
 
@@ -22,7 +22,8 @@ class DataField:
 
 
 class DataTypes:
-    # nullability, lengths and precisions do not change the Python values, so they are accepted as given
+    # nullability, lengths and time precisions do not change the Python values, so they are accepted as given;
+    # a DECIMAL's precision and scale do (Flink rounds to the scale)
     @staticmethod
     def CHAR(length: int = 1, nullable: bool = True):
         return Types.STRING()
@@ -53,7 +54,7 @@ class DataTypes:
 
     @staticmethod
     def DECIMAL(precision: int, scale: int, nullable: bool = True):
-        return Types.BIG_DEC()
+        return DecimalTypeInfo(precision, scale)
 
     @staticmethod
     def TINYINT(nullable: bool = True):

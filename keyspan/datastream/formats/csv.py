@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import copy
 import csv
+import decimal
 import io
 
 from keyspan.common.java_text import java_float
 from keyspan.common.serialization import (
     BulkWriterFactory, CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, from_text,
 )
-from keyspan.common.typeinfo import ListTypeInfo, RowDataTypeInfo, Types
+from keyspan.common.typeinfo import DecimalTypeInfo, ListTypeInfo, RowDataTypeInfo, Types
 from keyspan.common.types import Row
 from keyspan.connectors.dead_letter import ErrorPolicy
 from keyspan.connectors.file_source import StreamFormat
@@ -315,15 +316,22 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
         t = column.type_info
         if isinstance(t, ListTypeInfo):
             return self.schema._separator_of(column).join(
-                null if v is None else self._scalar(v, t.element_type) for v in value)
-        return self._scalar(value, t)
+                null if v is None else self._scalar(v, t.element_type) or null for v in value)
+        text = self._scalar(value, t)
+        return null if text is None else text
 
     @staticmethod
-    def _scalar(value, t) -> str:
+    def _scalar(value, t) -> str | None:
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, float) or t.name in ("DOUBLE", "FLOAT"):
             return java_float(float(value), single=t.name == "FLOAT")  # as Jackson writes a Java number
+        if isinstance(value, decimal.Decimal):
+            # Flink keeps a DECIMAL(p, s) at its scale; Jackson then strips the trailing zeros: 1.50 as 1.5, 100 as 1E+2
+            value = t.fitted(value) if isinstance(t, DecimalTypeInfo) else value
+            if value is None:  # more digits than the precision: Flink's null
+                return None
+            return "0" if value.is_zero() else str(value.normalize(decimal.Context(prec=max(1, len(value.as_tuple().digits)))))
         return str(value)
 
 
