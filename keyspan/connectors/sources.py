@@ -21,6 +21,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from keyspan.io.storage import Storage
+from keyspan.common.java_values import received_form
 from keyspan.common.typeinfo import RowTypeInfo
 from keyspan.common.types import Row
 from keyspan.io import serde
@@ -195,6 +196,9 @@ class CollectionSource(KeyspanSource):
         if isinstance(type_info, RowTypeInfo):
             names = type_info.get_field_names()
             collection = [_row_of_type(r, names) if isinstance(r, (tuple, list)) else r for r in collection]
+        as_received = received_form(type_info)
+        if as_received is not None:  # PyFlink's Java source hands each record to Python serialized by its type
+            collection = [as_received(r) for r in collection]
         self.collection = collection
         self._pickled: bytes | None = None
 
