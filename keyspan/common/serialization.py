@@ -255,7 +255,7 @@ def _from_json(value, t: TypeInformation, name: str, fail_on_missing: bool):
     if kind in _FLOATS and isinstance(value, (int, float)) and not isinstance(value, bool):
         return single_precision(float(value)) if kind == "FLOAT" else float(value)
     if kind == "BIG_DEC" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return decimal.Decimal(str(value))
+        return from_text(str(value), t, name)
     if kind == "PICKLED_BYTE_ARRAY":
         return value
     raise ParseError(f"field '{name}': expected {kind}, got {json.dumps(value)[:50]}")
