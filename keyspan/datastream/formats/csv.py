@@ -311,17 +311,15 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
 
     def _text(self, value, column: _Column) -> str:
         null = self.schema._options["null_value"] or ""
-        if value is None:
-            return null
         t = column.type_info
-        if isinstance(t, ListTypeInfo):
-            return self.schema._separator_of(column).join(
-                null if v is None else self._scalar(v, t.element_type) or null for v in value)
-        text = self._scalar(value, t)
-        return null if text is None else text
+        if value is not None and isinstance(t, ListTypeInfo):
+            return self.schema._separator_of(column).join(self._scalar(v, t.element_type, null) for v in value)
+        return self._scalar(value, t, null)
 
     @staticmethod
-    def _scalar(value, t) -> str | None:
+    def _scalar(value, t, null: str) -> str:
+        if value is None:
+            return null
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, float) or t.name in ("DOUBLE", "FLOAT"):
@@ -330,7 +328,7 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
             # Flink keeps a DECIMAL(p, s) at its scale; Jackson then strips the trailing zeros: 1.50 as 1.5, 100 as 1E+2
             value = t.fitted(value) if isinstance(t, DecimalTypeInfo) else value
             if value is None:  # more digits than the precision: Flink's null
-                return None
+                return null
             return "0" if value.is_zero() else str(value.normalize(decimal.Context(prec=max(1, len(value.as_tuple().digits)))))
         return str(value)
 
