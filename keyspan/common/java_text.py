@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 import struct
-from decimal import Decimal
+from decimal import Context, Decimal
 from functools import partial
 
 from keyspan.common.typeinfo import ListTypeInfo, MapTypeInfo, RowDataTypeInfo, RowTypeInfo, TupleTypeInfo
@@ -71,6 +71,11 @@ def single_precision(value: float) -> float:
         return struct.unpack("f", struct.pack("f", value))[0]
     except OverflowError:  # beyond a float's range, as Java's cast gives
         return math.copysign(math.inf, value)
+
+
+def jackson_decimal(value: Decimal) -> str:
+    """A ``BigDecimal`` as Flink's Jackson writes it: trailing zeros stripped (1.50 as 1.5, 100 as 1E+2)."""
+    return "0" if value.is_zero() else str(value.normalize(Context(prec=max(1, len(value.as_tuple().digits)))))
 
 
 def java_float(x: float, single: bool) -> str:

@@ -9,7 +9,7 @@ import csv
 import decimal
 import io
 
-from keyspan.common.java_text import java_float
+from keyspan.common.java_text import jackson_decimal, java_float
 from keyspan.common.serialization import (
     BulkWriterFactory, CsvRowDeserializationSchema, CsvRowSerializationSchema, ParseError, from_text,
 )
@@ -325,11 +325,8 @@ class _CsvBulkWriterFactory(BulkWriterFactory):
         if isinstance(value, float) or t.name in ("DOUBLE", "FLOAT"):
             return java_float(float(value), single=t.name == "FLOAT")  # as Jackson writes a Java number
         if isinstance(value, decimal.Decimal):
-            # Flink keeps a DECIMAL(p, s) at its scale; Jackson then strips the trailing zeros: 1.50 as 1.5, 100 as 1E+2
-            value = t.fitted(value) if isinstance(t, DecimalTypeInfo) else value
-            if value is None:  # more digits than the precision: Flink's null
-                return null
-            return "0" if value.is_zero() else str(value.normalize(decimal.Context(prec=max(1, len(value.as_tuple().digits)))))
+            value = t.fitted(value) if isinstance(t, DecimalTypeInfo) else value  # Flink keeps a DECIMAL(p, s) at its scale
+            return null if value is None else jackson_decimal(value)  # None: more digits than the precision
         return str(value)
 
 
