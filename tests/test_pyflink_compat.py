@@ -509,6 +509,12 @@ def test_pyflink_common_names_import_from_keyspan_common():
     assert [k.name for k in RowKind] == ["INSERT", "UPDATE_BEFORE", "UPDATE_AFTER", "DELETE"]
     assert (common.Types.SQL_TIME().name, common.Types.INSTANT().name) == ("SQL_TIME", "INSTANT")
     assert set(common.__all__) <= set(dir(common))
+    # PyFlink's older home of the row formats, still importable there
+    from keyspan.datastream.formats import avro, csv, json
+
+    formats = {name: getattr(module, name) for module in (avro, csv, json) for name in dir(module)
+               if name.endswith(("RowSerializationSchema", "RowDeserializationSchema"))}
+    assert len(formats) == 6 and all(getattr(common, name) is cls for name, cls in formats.items())
 
 
 def test_the_functions_module_has_the_state_names_pyflink_s_has():

@@ -6,6 +6,11 @@ from keyspan.common.types import Row, RowKind
 from keyspan.common.serialization import (
     ByteArraySchema, DeserializationSchema, Encoder, SerializationSchema, SimpleStringSchema,
 )
+# PyFlink still offers the row formats here, for jobs written before they moved to pyflink.datastream.formats
+from keyspan.common.serialization import (  # noqa: F401
+    AvroRowDeserializationSchema, AvroRowSerializationSchema, CsvRowDeserializationSchema, CsvRowSerializationSchema,
+    JsonRowDeserializationSchema, JsonRowSerializationSchema,
+)
 from keyspan.common.configuration import Configuration
 from keyspan.common.execution_config import ExecutionConfig
 from keyspan.common.job_execution_result import JobExecutionResult
