@@ -121,6 +121,46 @@ def test_driver_killed_after_spark_logged_a_batch_whose_checkpoint_had_not_commi
     assert f"Spark logged epoch {committed + 1} as done but before its checkpoint committed" in err
 
 
+def _spark_jvm(driver_pid: int) -> int | None:
+    """The Spark JVM among the driver process's descendants (from /proc), or None before it starts."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            is_java = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0].endswith(b"java")
+        except (OSError, IndexError, ValueError):
+            continue
+        if is_java:
+            pid = int(entry)
+            while pid in parents and pid != driver_pid:
+                pid = parents[pid]
+            if pid == driver_pid:
+                return int(entry)
+    return None
+
+
+def test_spark_s_jvm_killed_mid_job_is_named_and_the_next_run_loses_nothing(tmp_path, reference):
+    """SIGKILL only the driver's Spark JVM (as the system does when it runs out of memory): the driver
+    says the JVM is gone, not py4j's "Connection refused", and the next run gives a clean run's output."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    proc = _run_job(work, out)
+    deadline = time.time() + 120
+    while committed_epoch(work) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    jvm = _spark_jvm(proc.pid)
+    assert jvm is not None and proc.poll() is None, "the job ended before its JVM could be killed"
+    os.kill(jvm, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    assert "job 'counting' failed: Spark's driver JVM stopped answering" in err, err[-3000:]
+    assert "running the job again resumes from the last checkpoint" in err and "Traceback" not in err
+
+    rerun = _run_job(work, out)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err[-3000:]
+    assert _output(out) == reference
+
+
 class FailOnce(KeyedProcessFunction):
     """Raises the first time it sees a given record, after having updated state for earlier ones,
     so the failed attempt's partial updates must not survive into the retry."""

@@ -19,10 +19,12 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from py4j.protocol import Py4JNetworkError
 from sqlalchemy.exc import OperationalError
 
 from keyspan.checkpoint import integrity
@@ -1115,6 +1117,9 @@ def _batch_mode(env, sources: list, job_id: str) -> bool:
 def _summary(exc: BaseException) -> str:
     """The line of a (Spark-wrapped) failure that says what went wrong: the last Python error line of
     a task's trace, or the exception's own first line."""
+    lost = _lost_jvm(exc)
+    if lost is not None:
+        return lost
     text = str(exc)
     crash = re.search(r"Python worker exited unexpectedly \(crashed\)[^\n]*", text)
     if crash:  # the OS (or a memory cap) killed a worker: no Python error line says so
@@ -1125,6 +1130,20 @@ def _summary(exc: BaseException) -> str:
               and not line.strip().startswith(("org.apache", "java.", "py4j", "scala."))]
     line = errors[-1] if errors else (text.strip().splitlines() or [type(exc).__name__])[0]
     return line[:500]
+
+
+def _lost_jvm(exc: BaseException) -> str | None:
+    """py4j's words when Spark's JVM is gone ("Connection refused", "Answer from Java side is empty")
+    do not say that the JVM exited or was killed: say it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Py4JNetworkError) or (isinstance(seen, ConnectionError) and any(
+                "py4j" in frame.filename for frame in traceback.extract_tb(seen.__traceback__))):
+            said = str(seen).splitlines()[0] if str(seen) else type(seen).__name__
+            return (f"Spark's driver JVM stopped answering ({said}): it exited or was killed; a JVM the system "
+                    "kills has most often run out of memory (raise spark.driver.memory)")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _zip_modules(code_dir: str) -> str:

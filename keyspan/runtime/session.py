@@ -15,6 +15,9 @@ class JavaNotFoundError(RuntimeError):
     pass
 
 
+log = logs.get_logger("runtime.session")
+
+
 def check_java() -> str:
     """Spark needs a JVM; say exactly what to install instead of failing deep inside py4j."""
     java_home = os.environ.get("JAVA_HOME")
@@ -109,8 +112,14 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
 
 
 def prepare_session(spark) -> None:
-    """Settings keyspan's plans rely on: one Spark partition is one subtask, so AQE must not coalesce."""
+    """Settings keyspan's plans rely on: one Spark partition is one subtask, so AQE must not coalesce.
+    Also: when Spark's JVM dies mid-update, PySpark's accumulator server prints a Python trace to the
+    terminal; the job fails with keyspan's own message, so that trace goes to keyspan's debug log."""
     spark.conf.set("spark.sql.adaptive.enabled", "false")
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: log.debug(
+            "PySpark's accumulator server: the connection from %s ended mid-update", address, exc_info=True)
 
 
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
