@@ -1,7 +1,7 @@
 """Safety nets, each shown by injecting the fault for real: a corrupt or missing file in the latest
 checkpoint (restart falls back to the newest intact one, output stays exactly-once), every retained
 checkpoint broken (refused, listing what was tried), a retained checkpoint restored with the
-metadata store deleted, a changed job restored by uid without deleting a checkpoint, a tampered
+metadata store deleted (a plain run refused rather than writing over it), a changed job restored by uid without deleting a checkpoint, a tampered
 savepoint refused before anything in it is unpickled."""
 
 from __future__ import annotations
@@ -144,10 +144,21 @@ def test_missing_file_in_every_retained_checkpoint_refuses_listing_what_was_trie
 
 
 def test_retained_checkpoint_restores_without_the_metadata_store(workdir):
+    """With the metadata store gone, a plain run refuses to start over on top of the retained
+    checkpoints (it would write over their restore points) and names the one to restore."""
     out = workdir / "out"
     retained = crash_run(workdir, "selfcontained", out)
-    os.remove(workdir / ".keyspan" / "keyspan.db")
-    chk = job_storage("selfcontained").url(f"chk-{retained[-1]['epoch']:010d}")
+    for lost in (workdir / ".keyspan").glob("keyspan.db*"):
+        lost.unlink()
+    # this process keeps the deleted database open: the next runs get a new, empty store, as after a loss
+    run_options.current().metadata_url = f"sqlite:///{workdir / '.keyspan' / 'replacement.db'}"
+    storage = job_storage("selfcontained")
+    restore_points = {c["epoch"]: local(storage, f"chk-{c['epoch']:010d}/_metadata.json").read_bytes() for c in retained}
+    chk = storage.url(f"chk-{retained[-1]['epoch']:010d}")
+    with pytest.raises(JobExecutionError, match=f"has no checkpoint of this job, but its checkpoint folder .* holds "
+                                                f"{len(retained)} .*restore the newest: keyspan run -s {chk} "):
+        build(workdir, out).execute("selfcontained")
+    assert {e: local(storage, f"chk-{e:010d}/_metadata.json").read_bytes() for e in restore_points} == restore_points
     run_options.current().savepoint_path = chk
     build(workdir, out).execute("selfcontained")
     assert published(out) == EXPECTED

@@ -256,6 +256,10 @@ class MetadataStore:
         self.url = url
         self.engine = _engine(url)
 
+    def describe(self) -> str:
+        """The store's URL for messages: without its password."""
+        return self.engine.url.render_as_string(hide_password=True)
+
     # jobs -------------------------------------------------------------------------------
     def register_job(self, job_id: str, name: str, job_file: str | None, code_version: str | None,
                      max_parallelism: int) -> None:

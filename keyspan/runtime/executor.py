@@ -31,6 +31,7 @@ from keyspan.checkpoint import integrity
 from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, PublishFailed, storage_failure
 from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore
 from keyspan.checkpoint.savepoint import (
+    METADATA,
     SavepointError,
     default_target,
     load_savepoint,
@@ -316,6 +317,23 @@ class JobRunner:
         run = self.store.latest_run(self.job_id)
         return bool(run and run["status"] == "FINISHED" and self.store.latest_checkpoint(self.job_id) is not None)
 
+    def _refuse_unknown_checkpoints(self) -> None:
+        """A metadata store that knows no checkpoint of the job, over a checkpoint folder that holds some
+        (the store was lost, or this is another one): starting from nothing would write over those
+        checkpoints' restore points, so say how to restore them or set them aside instead."""
+        if self.store.list_checkpoints(self.job_id, include_discarded=True):
+            return
+        found = sorted(name for name in self.storage.list("") if re.fullmatch(r"chk-\d{10}", name)
+                       and self.storage.exists(f"{name}/{METADATA}"))
+        if found:
+            newest = self.storage.url(found[-1])
+            raise JobExecutionError(
+                f"job '{self.job_id}': the metadata store ({self.store.describe()}) has no checkpoint of this job, "
+                f"but its checkpoint folder {self.storage.uri} holds {len(found)} ({', '.join(found)}). If the "
+                f"metadata store was lost or is another one, restore the newest: keyspan run -s {newest} "
+                f"{self.job_file or 'JOB.py'}. To start from nothing instead, pass --fresh (the folder is moved "
+                "aside, not deleted).")
+
     def _changed(self) -> bool:
         run = self.store.latest_run(self.job_id)
         return bool(run and run["fingerprint"] != self.fingerprint)
@@ -423,6 +441,8 @@ class JobRunner:
             self._start_over_from(savepoint)
         elif self._finished_before():
             self._start_over("its last run finished")
+        else:
+            self._refuse_unknown_checkpoints()
         self.store.register_job(self.job_id, self.job_name, self.job_file, self.code_version, self.max_parallelism)
         self._keep_job_file()
         if savepoint:
