@@ -1,7 +1,7 @@
 """Safety nets, each shown by injecting the fault for real: a corrupt or missing file in the latest
 checkpoint (restart falls back to the newest intact one, output stays exactly-once), every retained
 checkpoint broken (refused, listing what was tried), a retained checkpoint restored with the
-metadata store deleted (a plain run refused rather than writing over it), a changed job restored by uid without deleting a checkpoint, a tampered
+metadata store deleted (a plain run refused rather than writing over it), a damaged store named, a changed job restored by uid without deleting a checkpoint, a tampered
 savepoint refused before anything in it is unpickled."""
 
 from __future__ import annotations
@@ -162,6 +162,21 @@ def test_retained_checkpoint_restores_without_the_metadata_store(workdir):
     run_options.current().savepoint_path = chk
     build(workdir, out).execute("selfcontained")
     assert published(out) == EXPECTED
+
+
+def test_a_damaged_metadata_store_is_named_with_what_to_do(workdir):
+    """A SQLite store with flipped bytes: the run stops before anything starts, naming the store."""
+    out = workdir / "out"
+    crash_run(workdir, "damaged", out)
+    damaged = workdir / "damaged.db"
+    data = bytearray((workdir / ".keyspan" / "keyspan.db").read_bytes())
+    for at in range(0, 16):  # SQLite's header: "SQLite format 3"
+        data[at] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    run_options.current().metadata_url = f"sqlite:///{damaged}"
+    with pytest.raises(JobExecutionError, match=rf"job 'damaged' cannot start: the metadata store .*{damaged.name}.* "
+                                                r"cannot be read \(.*\)\. Restore it from a backup, or move it aside"):
+        build(workdir, out).execute("damaged")
 
 
 def test_changed_job_restores_by_uid_and_deletes_no_checkpoint(workdir, capfd):

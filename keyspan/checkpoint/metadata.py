@@ -30,7 +30,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, ProgrammingError
 
 metadata = MetaData()
 
@@ -165,6 +165,10 @@ class SchemaTooNew(RuntimeError):
     pass
 
 
+class StoreUnreadable(RuntimeError):
+    """The store's database is damaged (e.g. a SQLite file with flipped bytes)."""
+
+
 def _migrate(engine) -> None:
     """Bring the store's schema to ``SCHEMA_VERSION`` (a store without a version row is version 0)."""
     with engine.begin() as c:
@@ -247,6 +251,11 @@ def _engine(url: str):
                 if attempt == 4:
                     raise
                 time.sleep(0.1 * (attempt + 1))
+            except DatabaseError as exc:  # not a race: the database itself is damaged
+                raise StoreUnreadable(
+                    f"the metadata store {engine.url!r} cannot be read ({exc.orig}). Restore it from a backup, or "
+                    "move it aside: the next run, with a new store, names the newest checkpoint to restore with -s"
+                ) from exc
         _ENGINES[url] = engine
         return engine
 

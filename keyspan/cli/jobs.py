@@ -58,7 +58,7 @@ def list_jobs(
 
     store, settings = _store(workdir, metadata_url)
     headers = auth_headers(settings.workdir, settings.rest_token)
-    table = Table(title=f"jobs in {store.url}")
+    table = Table(title=f"jobs in {store.describe()}")
     for col in ("job", "status", "parallelism", "last checkpoint", "age", "API URL"):
         table.add_column(col)
     jobs = store.list_jobs()
@@ -86,7 +86,7 @@ def status(
     info = store.find_job(job)
     if info is None:
         known = ", ".join(j["job_id"] for j in store.list_jobs()) or "none"
-        err.print(f"[red]keyspan: no job '{job}' in {store.url} (known jobs: {known})[/red]")
+        err.print(f"[red]keyspan: no job '{job}' in {store.describe()} (known jobs: {known})[/red]")
         raise typer.Exit(2)
     job_id = info["job_id"]
     out = _out()

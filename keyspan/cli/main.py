@@ -229,7 +229,7 @@ def _job_or_exit(store, job: str) -> dict:
     found = store.find_job(job)
     if found is None:
         known = ", ".join(j["job_id"] for j in store.list_jobs()) or "none"
-        err.print(f"[red]keyspan: no job '{job}' in {store.url} (known jobs: {known})[/red]")
+        err.print(f"[red]keyspan: no job '{job}' in {store.describe()} (known jobs: {known})[/red]")
         raise typer.Exit(2)
     return found
 
@@ -531,7 +531,15 @@ def _job_file_from_storage(info: dict, original: str | None = None) -> str:
 
 
 def main():
-    app()
+    try:
+        app()
+    except Exception as exc:
+        from keyspan.checkpoint.metadata import SchemaTooNew, StoreUnreadable
+
+        if not isinstance(exc, (StoreUnreadable, SchemaTooNew)):
+            raise
+        err.print(f"keyspan: {exc}", style="red", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def get(
     store = MetadataStore(opts.metadata())
     info = store.find_job(job)
     if info is None:
-        err.print(f"[red]keyspan state get: no job '{job}' in {store.url}[/red]")
+        err.print(f"[red]keyspan state get: no job '{job}' in {store.describe()}[/red]")
         raise typer.Exit(2)
     job_id = info["job_id"]
     try:

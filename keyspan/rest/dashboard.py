@@ -50,7 +50,7 @@ def dashboard_router(store, guard, workdir: str, metadata_url: str | None, live=
     def job_or_404(job_id: str) -> dict:
         job = store.get_job(job_id)
         if job is None:
-            raise HTTPException(404, f"no job '{job_id}' in the metadata store {store.url}")
+            raise HTTPException(404, f"no job '{job_id}' in the metadata store {store.describe()}")
         return job
 
     @router.get("/", include_in_schema=False)

@@ -29,7 +29,7 @@ from sqlalchemy.exc import OperationalError
 
 from keyspan.checkpoint import integrity
 from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, PublishFailed, storage_failure
-from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore
+from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore, SchemaTooNew, StoreUnreadable
 from keyspan.checkpoint.savepoint import (
     METADATA,
     SavepointError,
@@ -143,7 +143,10 @@ class JobRunner:
         self.max_parallelism = env.get_max_parallelism()
         check_parallelism(self.parallelism, self.max_parallelism)
         self.checkpoint_config = env.get_checkpoint_config()
-        self.store = MetadataStore(options.metadata())
+        try:
+            self.store = MetadataStore(options.metadata())
+        except (StoreUnreadable, SchemaTooNew) as exc:
+            raise JobExecutionError(f"job '{self.job_id}' cannot start: {exc}") from None
         root = self.checkpoint_config.get_checkpoint_storage_dir() or options.checkpoint_root()
         self.checkpoint_root = Storage(root, self.checkpoint_config.get_checkpoint_storage_options())
         self.storage = self.checkpoint_root.child(self.job_id)
@@ -214,7 +217,7 @@ class JobRunner:
             raise JobExecutionError(f"keyspan: {exc}") from None
         except OperationalError as exc:
             raise JobExecutionError(f"keyspan: job '{self.job_id}' cannot be claimed: the metadata store "
-                                    f"{self.store.url} did not answer ({exc.orig}); is another process stuck "
+                                    f"{self.store.describe()} did not answer ({exc.orig}); is another process stuck "
                                     "holding it?") from None
         self._heartbeat_stop = threading.Event()
 
