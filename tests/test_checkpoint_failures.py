@@ -1,6 +1,6 @@
 """A checkpoint whose files cannot be written fails without touching the previous one; the epoch
 runs again, and after tolerable_checkpoint_failure_number consecutive failures the job fails with
-the storage error."""
+the storage error. The state files the failed attempt wrote are listed, and deleted on request."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from keyspan.checkpoint.integrity import verify_manifest
 from keyspan.checkpoint.metadata import MetadataStore
+from keyspan.checkpoint.unreferenced import unreferenced_state_files
+from keyspan.cli.main import app
 from keyspan.common import Encoder
 from keyspan.datastream import KeyedProcessFunction
 from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.io.storage import Storage
 from keyspan.runtime import options as run_options
 from keyspan.runtime.executor import JobExecutionError
 
@@ -79,3 +84,34 @@ def test_too_many_failed_checkpoints_fail_the_job_with_the_storage_error(env, wo
     store = MetadataStore(run_options.current().metadata())
     assert store.latest_checkpoint("intolerant")["epoch"] == 1  # the previous checkpoint stands
     assert len(_lines(out)) == 40  # and only the output of committed epochs 0 and 1 is visible
+
+
+def test_the_failed_attempt_s_state_files_are_listed_and_deleted_only_on_request(env, workdir):
+    """The first run of epoch 2 wrote its state files before its checkpoint failed; the epoch's rerun
+    committed other files. ``keyspan checkpoints --unreferenced`` lists the first ones (and nothing a
+    retained checkpoint needs); ``--delete-unreferenced`` deletes exactly those."""
+    build(env, workdir, tolerable=1)
+    env.execute("leftovers")
+    options = run_options.current()
+    store = MetadataStore(options.metadata())
+    storage = Storage(options.checkpoint_root()).child("leftovers")
+    retained = store.list_checkpoints("leftovers", include_discarded=False)
+    needed = {h["path"] for c in retained for handles in c["manifest"].values() for h in handles}
+    every_file = {f"state/{rel}" for rel in storage.files_under("state")}
+    left = unreferenced_state_files(store, storage, "leftovers")
+    assert left and {f.epoch for f in left} == {2} and not {f.path for f in left} & needed
+    assert {f.path for f in left} == every_file - needed
+
+    cli = ["checkpoints", "leftovers", "--workdir", options.workdir]
+    listing = CliRunner().invoke(app, [*cli, "--unreferenced"])
+    assert listing.exit_code == 0, listing.output
+    assert all(storage.url(f.path) in listing.output for f in left) and f"found {len(left)} state file(s)" in listing.output
+    assert {f"state/{rel}" for rel in storage.files_under("state")} == every_file  # listing deletes nothing
+
+    deleting = CliRunner().invoke(app, [*cli, "--delete-unreferenced"])
+    assert deleting.exit_code == 0, deleting.output
+    assert f"deleted {len(left)} state file(s)" in deleting.output
+    assert {f"state/{rel}" for rel in storage.files_under("state")} == every_file - {f.path for f in left}
+    for checkpoint in retained:  # every retained checkpoint still has all its files, intact
+        verify_manifest(storage, checkpoint["manifest"])
+    assert unreferenced_state_files(store, storage, "leftovers") == []

@@ -51,6 +51,9 @@ def write_savepoint(job_storage: Storage, checkpoint: dict, target_uri: str, *, 
     return target.uri
 
 
+ABANDONED = "abandoned"  # beside the job's checkpoints: records of those a fall back took out of its history
+
+
 def checkpoint_dir(epoch: int) -> str:
     """Where a retained checkpoint's ``_metadata.json`` lives, relative to the job's checkpoint storage."""
     return f"chk-{epoch:010d}"

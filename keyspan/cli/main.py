@@ -240,13 +240,24 @@ def checkpoints(
     workdir: Optional[str] = typer.Option(None, "--workdir", help=WORKDIR_HELP),
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url"),
     all_: bool = typer.Option(False, "--all", help="include discarded (no longer retained) checkpoints"),
+    unreferenced: bool = typer.Option(False, "--unreferenced", help="list the state files no retained checkpoint "
+                                      "lists (left by epochs that never committed) instead"),
+    delete_unreferenced: bool = typer.Option(False, "--delete-unreferenced", help="delete those files, naming each"),
+    checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="the job's checkpoint storage URI, if "
+                                                 "it ran with --checkpoint-dir; default <workdir>/checkpoints"),
 ):
     """List the job's completed checkpoints, newest last."""
     from keyspan.checkpoint.metadata import MetadataStore
 
-    opts = _options(workdir, metadata_url)
+    opts = _options(workdir, metadata_url, **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {}))
     store = MetadataStore(opts.metadata())
     info = _job_or_exit(store, job)
+    if unreferenced or delete_unreferenced:
+        from keyspan.io.storage import Storage
+
+        _unreferenced_files(store, Storage(opts.checkpoint_root()).child(info["job_id"]), info["job_id"],
+                            delete_unreferenced)
+        return
     rows = store.list_checkpoints(info["job_id"], include_discarded=all_)
     table = Table(title=f"checkpoints of job '{info['job_id']}'")
     for col in ("epoch", "committed at", "parallelism", "records", "bytes written", "state files", "published",
@@ -260,6 +271,24 @@ def checkpoints(
     out.print(table)
     if not rows:
         out.print("no checkpoints yet")
+
+
+def _unreferenced_files(store, storage, job_id: str, delete: bool) -> None:
+    from keyspan.checkpoint.unreferenced import unreferenced_state_files
+
+    files = unreferenced_state_files(store, storage, job_id)
+    total = sum(f.size for f in files)
+    if not files:
+        out.print(f"no unreferenced state files under {storage.uri}")
+        return
+    for f in files:
+        out.print(f"{'deleting' if delete else 'unreferenced'} {storage.url(f.path)} (epoch {f.epoch}, {f.size:,} bytes)",
+                  highlight=False)
+    if delete:
+        storage.delete_files([f.path for f in files])
+    out.print(f"{'deleted' if delete else 'found'} {len(files)} state file(s), {total:,} bytes, that no retained "
+              f"checkpoint of job '{job_id}' lists" + ("" if delete else "; --delete-unreferenced deletes them"),
+              highlight=False)
 
 
 def _api(store, job: str, opts) -> tuple[dict, str]:

@@ -31,8 +31,10 @@ from keyspan.checkpoint import integrity
 from keyspan.checkpoint.coordinator import CheckpointCoordinator, CheckpointFailed, PublishFailed, storage_failure
 from keyspan.checkpoint.metadata import Fenced, LeaseHeld, MetadataStore, SchemaTooNew, StoreUnreadable
 from keyspan.checkpoint.savepoint import (
+    ABANDONED,
     METADATA,
     SavepointError,
+    checkpoint_dir,
     default_target,
     load_savepoint,
     restored_manifest,
@@ -361,7 +363,7 @@ class JobRunner:
                 "over with --fresh")
         newer = [c for c in candidates if c["epoch"] > chosen["epoch"]]
         for c in newer:
-            self.storage.write(f"abandoned/chk-{c['epoch']:010d}.json", json.dumps(c, default=str).encode())
+            self.storage.write(f"{ABANDONED}/{checkpoint_dir(c['epoch'])}.json", json.dumps(c, default=str).encode())
         self.store.abandon_checkpoints(self.job_id, [c["epoch"] for c in newer])
         self.replay = {str(i): [(c["source_offsets"] or {}).get(str(i)) for c in newer]
                        for i in range(len(self.plan.sources))}
