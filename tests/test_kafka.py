@@ -208,6 +208,49 @@ def test_malformed_record_fails_with_topic_partition_and_offset(env, kafka_broke
     assert len(text) < 700 and "Traceback" not in text
 
 
+def _refusing_address() -> str:
+    """A loopback address where nothing listens: connections to it are refused."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_cluster_that_does_not_answer_fails_the_job_naming_source_and_servers(env):
+    address = _refusing_address()
+    env.from_source(_source(address, "events", bounded=False), None, "events").uid("events").print()
+    with pytest.raises(JobExecutionError) as err:
+        env.execute("kafka-unreachable")
+    text = str(err.value)
+    assert (f"source 'Kafka Source (events)': no answer from Kafka at {address}" in text
+            and "check that the brokers run" in text and "Traceback" not in text and len(text) < 700), text
+
+
+def test_librdkafka_s_retries_of_an_unreachable_broker_are_logged_once():
+    """librdkafka reports every failed reconnect; keyspan's log passes the same message once a minute."""
+    import logging
+
+    from keyspan.connectors.kafka.clients import CLIENT_LOG
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    CLIENT_LOG.addHandler(handler)
+    address = _refusing_address()
+    consumer = Consumer({"bootstrap.servers": address, "group.id": "unreachable", "logger": CLIENT_LOG,
+                         "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 20})
+    try:
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            consumer.poll(0.1)  # delivers librdkafka's log lines to CLIENT_LOG
+    finally:
+        consumer.close()
+        CLIENT_LOG.removeHandler(handler)
+    refused = [r for r in seen if f"Connect to ipv4#{address} failed" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in refused]
+
+
 @pytest.mark.parametrize("in_driver", [0, 1000], ids=["spark-jobs", "epochs-in-driver"])
 def test_malformed_records_go_to_the_dead_letter_output_and_the_job_goes_on(env, kafka_broker, in_driver):
     env.set_small_epochs_in_driver(in_driver)

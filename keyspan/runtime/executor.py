@@ -502,8 +502,11 @@ class JobRunner:
                 "FileSource, KafkaSource (keyspan.datastream.connectors.kafka); use one of them instead of "
                 "from_spark, or start over with --fresh")
         bounded = all(getattr(t.spec, "bounded", False) for t in plan.sources)
-        stream = self.stages.source_stream(self.storage, self.parallelism, offsets,
-                                           None if bounded else self._wake_file(), self.replay)
+        try:
+            stream = self.stages.source_stream(self.storage, self.parallelism, offsets,
+                                               None if bounded else self._wake_file(), self.replay)
+        except SourceRecordError as exc:  # e.g. a Kafka cluster that does not answer
+            self._fail(exc)
         self.stream_schema = stream.schema
         writer = stream.writeStream.foreachBatch(self._run_epoch).option(
             "checkpointLocation", self.run_info["spark_checkpoint"]).queryName(f"keyspan-{self.job_id}")

@@ -10,9 +10,34 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 import threading
+import time
 
 CLIENT_LOG = logging.getLogger("keyspan.kafka")  # librdkafka's own messages (e.g. a broker unreachable)
+REPEAT_EVERY_S = 60.0  # librdkafka retries an unreachable broker several times a second, saying so each time
+
+
+class _Repeats(logging.Filter):
+    """Lets a librdkafka message through once per ``REPEAT_EVERY_S`` (messages that differ only in a
+    duration count as the same): one line says a broker is unreachable, not hundreds."""
+
+    def __init__(self):
+        super().__init__()
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = re.sub(r"\d+ ?ms\b", "#ms", record.getMessage())
+        now = time.monotonic()
+        if now - self._last.get(text, float("-inf")) < REPEAT_EVERY_S:
+            return False
+        if len(self._last) > 1000:
+            self._last.clear()
+        self._last[text] = now
+        return True
+
+
+CLIENT_LOG.addFilter(_Repeats())
 FLUSH_AT_EXIT_S = 5.0  # how long a producer may still deliver what it queued when the process exits
 
 _shared: dict = {}  # (kind, config items) → client

@@ -146,30 +146,39 @@ class KafkaReader(SourceReader):
     def _metadata_consumer(self):
         return shared_consumer(self._config())
 
+    def _ask_brokers(self, request):
+        """A request to the cluster from the driver; no answer fails naming the source and its servers."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return request(self._metadata_consumer())
+        except KafkaException as exc:
+            said = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+            raise SourceRecordError(
+                f"source '{self.poison.source_name}': no answer from Kafka at {self.source.bootstrap_servers} ({said}); "
+                "check that the brokers run and that set_bootstrap_servers(...) names them") from None
+
     def _partitions(self) -> list[str]:
         s = self.source
         if s.partitions:
             return sorted(_key(tp.topic, tp.partition) for tp in s.partitions)
-        md = self._metadata_consumer().list_topics(timeout=10)
+        md = self._ask_brokers(lambda c: c.list_topics(timeout=10))
         if s.pattern is not None:
             topics = [t for t in md.topics if re.fullmatch(s.pattern, t) and not t.startswith("__")]
         else:
             topics = list(s.topics)
             missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
             if missing:
-                raise SourceRecordError(f"kafka source '{s.name}': topic(s) {', '.join(missing)} do not exist on "
+                raise SourceRecordError(f"source '{self.poison.source_name}': topic(s) {', '.join(missing)} do not exist on "
                                         f"{s.bootstrap_servers}; create them or use set_topic_pattern(...)")
         return sorted(_key(t, p) for t in topics for p in md.topics[t].partitions)
 
     def _watermarks(self, keys) -> dict[str, tuple[int, int]]:
         from confluent_kafka import TopicPartition
 
-        c = self._metadata_consumer()
-        out = {}
-        for k in keys:
-            topic, p = _split_key(k)
-            out[k] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-        return out
+        def ask(c):
+            return {k: c.get_watermark_offsets(TopicPartition(*_split_key(k)), timeout=10, cached=False) for k in keys}
+        return self._ask_brokers(ask)
 
     def resolve(self, init: KafkaOffsetsInitializer, keys: list[str]) -> dict[str, int]:
         """The offsets an initializer names for these partitions (on the driver)."""
@@ -183,7 +192,7 @@ class KafkaReader(SourceReader):
         reset = init.reset
         if init.kind == "timestamp":
             tps = [TopicPartition(*_split_key(k), init.value) for k in keys]
-            found = self._metadata_consumer().offsets_for_times(tps, timeout=10)
+            found = self._ask_brokers(lambda c: c.offsets_for_times(tps, timeout=10))
             # no record at or after the timestamp: start at the end, as Flink does
             return {k: tp.offset if tp.offset >= 0 else marks[k][1] for k, tp in zip(keys, found)}
         if init.kind == "offsets":
@@ -191,9 +200,9 @@ class KafkaReader(SourceReader):
             wanted = {k: named.get(k, -1) for k in keys}
         elif init.kind == "committed":
             if not self.source.group_id:
-                raise ValueError(f"kafka source '{self.source.name}': committed_offsets() needs set_group_id(...)")
+                raise SourceRecordError(f"source '{self.poison.source_name}': committed_offsets() needs set_group_id(...)")
             tps = [TopicPartition(*_split_key(k)) for k in keys]
-            wanted = {k: tp.offset for k, tp in zip(keys, self._metadata_consumer().committed(tps, timeout=10))}
+            wanted = {k: tp.offset for k, tp in zip(keys, self._ask_brokers(lambda c: c.committed(tps, timeout=10)))}
         else:
             raise ValueError(f"unknown offsets initializer {init.kind}")
         out = {}
@@ -206,7 +215,7 @@ class KafkaReader(SourceReader):
             elif reset == KafkaOffsetResetStrategy.LATEST:
                 out[k] = hi
             else:
-                raise ValueError(f"kafka source '{self.source.name}': no valid {init.describe()} offset for "
+                raise SourceRecordError(f"source '{self.poison.source_name}': no valid {init.describe()} offset for "
                                  f"partition {k} (offset {o}, available {lo}..{hi}); pass an offset reset strategy, "
                                  "e.g. committed_offsets(KafkaOffsetResetStrategy.EARLIEST)")
         return out
@@ -293,7 +302,7 @@ class KafkaReader(SourceReader):
         try:
             self._metadata_consumer().commit(offsets=tps, asynchronous=False)
         except Exception as exc:  # noqa: BLE001 — monitoring only: never fail the job for it
-            print(f"keyspan: kafka source '{s.name}': could not commit offsets to group {s.group_id}: {exc}",
+            print(f"keyspan: source '{self.poison.source_name}': could not commit offsets to group {s.group_id}: {exc}",
                   file=sys.stderr)
 
     # -- a task: read the ranges -----------------------------------------------------------------------
@@ -324,7 +333,7 @@ class KafkaReader(SourceReader):
                 for m in msgs:
                     err = m.error()
                     if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                        raise SourceRecordError(f"kafka source '{self.source.name}': reading topic {m.topic()} "
+                        raise SourceRecordError(f"source '{self.poison.source_name}': reading topic {m.topic()} "
                                                 f"partition {m.partition()} failed: {err}")
                     tp = (m.topic(), m.partition())
                     hi = todo.get(tp)
@@ -350,7 +359,7 @@ class KafkaReader(SourceReader):
                         self._done(consumer, todo, tp)
                 if todo and time.monotonic() > deadline:
                     left = ", ".join(f"{t}:{p} up to offset {hi}" for (t, p), hi in todo.items())
-                    raise SourceRecordError(f"kafka source '{self.source.name}': the broker at "
+                    raise SourceRecordError(f"source '{self.poison.source_name}': the broker at "
                                             f"{self.source.bootstrap_servers} did not deliver {left} within "
                                             f"{READ_TIMEOUT_S:.0f} s; is it reachable, and were records deleted?")
         finally:
