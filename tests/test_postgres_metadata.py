@@ -1,9 +1,12 @@
 """The metadata store on a real PostgreSQL server (started on loopback by the ``postgres_server``
 fixture): a job runs with it, and two drivers on two "hosts" (two workdirs, shared checkpoint and
-savepoint storage) see the same jobs, checkpoints and savepoints and restore each other's savepoints."""
+savepoint storage) see the same jobs, checkpoints and savepoints and restore each other's savepoints.
+A store that stops answering mid-run fails the job with its name, and the next run loses nothing."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -16,6 +19,7 @@ from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.runtime import options as run_options
 
+from job_processes import start_job
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, wait_for_checkpoints
 
 
@@ -104,3 +108,48 @@ def test_two_drivers_share_one_postgres_store(workdir, postgres_url, monkeypatch
     assert _lines(out) == _expected()
     assert store.latest_run("shared-job")["parallelism"] == 1
     assert any(c["restored_from"] == f"savepoint:{savepoint}" for c in store.list_checkpoints("shared-job"))
+
+
+def _counting_job_output(records: int = 2400, keys: int = 40) -> list[str]:
+    """tests/jobs/counting_job.py's lines, worked out from its rule: a key's n-th record reports n and how
+    many recent counts it keeps (one more each time, cut to 2 at every fifth)."""
+    lines = []
+    for k in range(keys):
+        recent = 0
+        for n in range(1, records // keys + 1):
+            recent = 2 if n % 5 == 0 else recent + 1
+            lines.append(json.dumps({"key": f"key-{k:03d}", "count": n, "recent": recent}))
+    return sorted(lines)
+
+
+def test_a_store_that_stops_answering_fails_the_job_by_name_and_the_next_run_loses_nothing(tmp_path, postgres_url):
+    """The job's database stops taking connections mid-run (its open ones are cut): the driver names
+    the store, and once it answers again the next run gives the output of a run nothing disturbed."""
+    import psycopg
+
+    job = Path(__file__).parent / "jobs" / "counting_job.py"
+    work, out = tmp_path / "work", tmp_path / "out"
+    env = {"COUNTING_JOB_OUTPUT": str(out), "COUNTING_JOB_PER_EPOCH": "100"}
+    server, name = postgres_url.rsplit("/", 1)
+    proc = start_job(job, work, env, extra=("--metadata-url", postgres_url))
+    store = MetadataStore(postgres_url)
+    deadline = time.time() + 120
+    while (store.latest_checkpoint("counting") or {}).get("epoch", -1) < 2 and proc.poll() is None \
+            and time.time() < deadline:
+        time.sleep(0.1)
+    store.engine.dispose()
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+        _, err = proc.communicate(timeout=180)
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    assert proc.returncode == 1, err[-3000:]
+    shown = postgres_url.replace("postgresql://", "postgresql+psycopg://")
+    assert f"job 'counting' failed: the metadata store {shown} did not answer" in err, err[-3000:]
+    assert "running the job again resumes from the last checkpoint" in err and "Traceback" not in err
+
+    rerun = start_job(job, work, env, extra=("--metadata-url", postgres_url))
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err[-3000:]
+    assert "resuming job 'counting' from checkpoint" in err
+    assert _lines(out) == _counting_job_output()

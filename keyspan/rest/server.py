@@ -177,7 +177,11 @@ class ApiServer:
         deadline = time.time() + 10
         while request is not None and not request.get("fetched") and time.time() < deadline:
             time.sleep(0.05)
-        self.job.store.set_api_url(self.job.job_id, None)
+        try:
+            self.job.store.set_api_url(self.job.job_id, None)
+        except Exception as exc:  # noqa: BLE001 — the store may be why the run ends: its own failure is reported
+            log.warning("could not clear job '%s''s API address in the metadata store: %s",
+                        self.job.job_id, str(exc).splitlines()[0])
         self.server.should_exit = True
         if not (self.server.started and self._stop_listening()):
             self.thread.join(timeout=5)

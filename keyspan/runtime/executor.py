@@ -750,29 +750,39 @@ class JobRunner:
         """Fail with a few readable lines (what failed, why, what to do); Spark's full Java and Python
         trace goes to a log file under the workdir, whose path the message ends with."""
         if not isinstance(exc, Fenced):  # the run row now belongs to the driver that took over
-            self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+            try:
+                self.store.end_run(self.run_info["run_id"], "FAILED", str(exc)[:2000])
+            except Exception as store_exc:  # noqa: BLE001 — the store may be what failed: report the failure itself
+                log.warning("could not record the failed run of job '%s' in the metadata store: %s", self.job_id,
+                            str(store_exc).splitlines()[0])
             _mark_run(self.run_info["run_id"], ended=True)
-        log = write_failure_log(self.options.workdir, self.job_id, exc)
+        trace = write_failure_log(self.options.workdir, self.job_id, exc)
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
             line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
-            raise JobExecutionError(f"job '{self.job_id}' failed: {line}.\nfull trace: {log}") from None
+            raise JobExecutionError(f"job '{self.job_id}' failed: {line}.\nfull trace: {trace}") from None
         for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: ", SourceRecordError.MARKER):
             if marker in text:  # a user function, a state value, a state file or an input record at fault: say which
                 line = text[text.index(marker) + len(marker):].splitlines()[0]
                 raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
-                                        f"was committed.\nfull trace: {log}") from None
+                                        f"was committed.\nfull trace: {trace}") from None
         if isinstance(exc, JobExecutionError):
             raise exc
         if isinstance(exc, (CheckpointFailed, Fenced)):
-            raise JobExecutionError(f"{exc}\nfull trace: {log}") from None
+            raise JobExecutionError(f"{exc}\nfull trace: {trace}") from None
         if isinstance(exc, PublishFailed):
             raise JobExecutionError(f"job '{self.job_id}' failed: {exc}\nThe epoch's checkpoint is committed and "
                                     "its output is kept: running the job again publishes it first.\n"
-                                    f"full trace: {log}") from None
+                                    f"full trace: {trace}") from None
+        unanswered = _store_unanswered(exc)
+        if unanswered is not None:
+            raise JobExecutionError(f"job '{self.job_id}' failed: the metadata store {self.store.describe()} did not "
+                                    f"answer ({unanswered}). No state or output of the failing epoch was committed; "
+                                    "once the store answers, running the job again resumes from the last checkpoint."
+                                    f"\nfull trace: {trace}") from None
         raise JobExecutionError(f"job '{self.job_id}' failed: {_summary(exc)}\nNo state or output of the failing "
                                 f"epoch was committed; running the job again resumes from the last checkpoint."
-                                f"\nfull trace: {log}") from None
+                                f"\nfull trace: {trace}") from None
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
@@ -1158,6 +1168,16 @@ def _summary(exc: BaseException) -> str:
               and not line.strip().startswith(("org.apache", "java.", "py4j", "scala."))]
     line = errors[-1] if errors else (text.strip().splitlines() or [type(exc).__name__])[0]
     return line[:500]
+
+
+def _store_unanswered(exc: BaseException) -> str | None:
+    """What the database driver said, when the failure is the metadata store not answering."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OperationalError):
+            return (str(seen.orig).splitlines() or [type(seen.orig).__name__])[0]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _lost_jvm(exc: BaseException) -> str | None:
