@@ -1170,28 +1170,32 @@ def _summary(exc: BaseException) -> str:
     return line[:500]
 
 
-def _store_unanswered(exc: BaseException) -> str | None:
-    """What the database driver said, when the failure is the metadata store not answering."""
+def _caused_by(exc: BaseException, what) -> BaseException | None:
+    """The first exception in ``exc``'s chain of causes for which ``what(e)`` holds."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, OperationalError):
-            return (str(seen.orig).splitlines() or [type(seen.orig).__name__])[0]
+        if what(seen):
+            return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _store_unanswered(exc: BaseException) -> str | None:
+    """What the database driver said, when the failure is the metadata store not answering."""
+    found = _caused_by(exc, lambda e: isinstance(e, OperationalError))
+    return None if found is None else (str(found.orig).splitlines() or [type(found.orig).__name__])[0]
 
 
 def _lost_jvm(exc: BaseException) -> str | None:
     """py4j's words when Spark's JVM is gone ("Connection refused", "Answer from Java side is empty")
     do not say that the JVM exited or was killed: say it."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, Py4JNetworkError) or (isinstance(seen, ConnectionError) and any(
-                "py4j" in frame.filename for frame in traceback.extract_tb(seen.__traceback__))):
-            said = str(seen).splitlines()[0] if str(seen) else type(seen).__name__
-            return (f"Spark's driver JVM stopped answering ({said}): it exited or was killed; a JVM the system "
-                    "kills has most often run out of memory (raise spark.driver.memory)")
-        seen = seen.__cause__ or seen.__context__
-    return None
+    found = _caused_by(exc, lambda e: isinstance(e, Py4JNetworkError) or (isinstance(e, ConnectionError) and any(
+        "py4j" in frame.filename for frame in traceback.extract_tb(e.__traceback__))))
+    if found is None:
+        return None
+    said = str(found).splitlines()[0] if str(found) else type(found).__name__
+    return (f"Spark's driver JVM stopped answering ({said}): it exited or was killed; a JVM the system "
+            "kills has most often run out of memory (raise spark.driver.memory)")
 
 
 def _zip_modules(code_dir: str) -> str:
