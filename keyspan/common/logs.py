@@ -51,6 +51,14 @@ def quiet_java_bridge() -> None:
         logger = logging.getLogger(name)
         if _not_raised_through_bridge not in logger.filters:
             logger.addFilter(_not_raised_through_bridge)
+    # py4j reports a JVM that stopped answering on the root logger, with a trace; the call then fails
+    # and keyspan reports that (the trace goes to its log file)
+    if _not_a_lost_jvm_report not in logging.getLogger().filters:
+        logging.getLogger().addFilter(_not_a_lost_jvm_report)
+
+
+def _not_a_lost_jvm_report(record: logging.LogRecord) -> bool:
+    return not ("py4j" in record.pathname and str(record.msg).startswith("Exception while sending command"))
 
 
 def _not_raised_through_bridge(record: logging.LogRecord) -> bool:

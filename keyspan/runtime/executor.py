@@ -24,7 +24,7 @@ import uuid
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from py4j.protocol import Py4JNetworkError
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from sqlalchemy.exc import OperationalError
 
 from keyspan.checkpoint import integrity
@@ -1187,15 +1187,34 @@ def _store_unanswered(exc: BaseException) -> str | None:
 
 
 def _lost_jvm(exc: BaseException) -> str | None:
-    """py4j's words when Spark's JVM is gone ("Connection refused", "Answer from Java side is empty")
-    do not say that the JVM exited or was killed: say it."""
+    """py4j's words when Spark's JVM is gone ("Connection refused", "Answer from Java side is empty",
+    or only "An error occurred while calling o283.mapInArrow") do not say that the JVM exited or was
+    killed: say it."""
     found = _caused_by(exc, lambda e: isinstance(e, Py4JNetworkError) or (isinstance(e, ConnectionError) and any(
         "py4j" in frame.filename for frame in traceback.extract_tb(e.__traceback__))))
     if found is None:
-        return None
+        found = _caused_by(exc, lambda e: isinstance(e, Py4JError) and not isinstance(e, Py4JJavaError))
+        if found is None or not _jvm_exited():
+            return None
     said = str(found).splitlines()[0] if str(found) else type(found).__name__
     return (f"Spark's driver JVM stopped answering ({said}): it exited or was killed; a JVM the system "
             "kills has most often run out of memory (raise spark.driver.memory)")
+
+
+def _jvm_exited(wait_s: float = 1.0) -> bool:
+    """Whether the Spark JVM this driver started has exited (waiting a moment: its socket closes
+    just before the process ends)."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    deadline = time.monotonic() + wait_s
+    while proc is not None:
+        if proc.poll() is not None:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return False
 
 
 def _zip_modules(code_dir: str) -> str:
