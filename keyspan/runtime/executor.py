@@ -757,6 +757,11 @@ class JobRunner:
                             str(store_exc).splitlines()[0])
             _mark_run(self.run_info["run_id"], ended=True)
         trace = write_failure_log(self.options.workdir, self.job_id, exc)
+        lost = _lost_jvm(exc)
+        if lost is not None:  # whatever else failed with it, the JVM's end is the cause to report
+            raise JobExecutionError(f"job '{self.job_id}' failed: {lost}\nNo state or output of the failing epoch "
+                                    "was committed; running the job again resumes from the last checkpoint."
+                                    f"\nfull trace: {trace}") from None
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
             line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
@@ -1155,9 +1160,6 @@ def _batch_mode(env, sources: list, job_id: str) -> bool:
 def _summary(exc: BaseException) -> str:
     """The line of a (Spark-wrapped) failure that says what went wrong: the last Python error line of
     a task's trace, or the exception's own first line."""
-    lost = _lost_jvm(exc)
-    if lost is not None:
-        return lost
     text = str(exc)
     crash = re.search(r"Python worker exited unexpectedly \(crashed\)[^\n]*", text)
     if crash:  # the OS (or a memory cap) killed a worker: no Python error line says so
@@ -1194,8 +1196,10 @@ def _lost_jvm(exc: BaseException) -> str | None:
         "py4j" in frame.filename for frame in traceback.extract_tb(e.__traceback__))))
     if found is None:
         found = _caused_by(exc, lambda e: isinstance(e, Py4JError) and not isinstance(e, Py4JJavaError))
-        if found is None or not _jvm_exited():
+        # any other failure of a run whose JVM has exited (e.g. raised while an epoch lost its JVM) is that
+        if not _jvm_exited(wait_s=1.0 if found is not None else 0.0):
             return None
+        found = found or exc
     said = str(found).splitlines()[0] if str(found) else type(found).__name__
     return (f"Spark's driver JVM stopped answering ({said}): it exited or was killed; a JVM the system "
             "kills has most often run out of memory (raise spark.driver.memory)")
