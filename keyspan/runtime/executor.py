@@ -757,11 +757,15 @@ class JobRunner:
                             str(store_exc).splitlines()[0])
             _mark_run(self.run_info["run_id"], ended=True)
         trace = write_failure_log(self.options.workdir, self.job_id, exc)
+
+        def resumable(why: str) -> JobExecutionError:
+            return JobExecutionError(f"job '{self.job_id}' failed: {why}\nNo state or output of the failing epoch was "
+                                     f"committed; running the job again resumes from the last checkpoint."
+                                     f"\nfull trace: {trace}")
+
         lost = _lost_jvm(exc)
         if lost is not None:  # whatever else failed with it, the JVM's end is the cause to report
-            raise JobExecutionError(f"job '{self.job_id}' failed: {lost}\nNo state or output of the failing epoch "
-                                    "was committed; running the job again resumes from the last checkpoint."
-                                    f"\nfull trace: {trace}") from None
+            raise resumable(lost) from None
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
             line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
@@ -785,9 +789,7 @@ class JobRunner:
                                     f"answer ({unanswered}). No state or output of the failing epoch was committed; "
                                     "once the store answers, running the job again resumes from the last checkpoint."
                                     f"\nfull trace: {trace}") from None
-        raise JobExecutionError(f"job '{self.job_id}' failed: {_summary(exc)}\nNo state or output of the failing "
-                                f"epoch was committed; running the job again resumes from the last checkpoint."
-                                f"\nfull trace: {trace}") from None
+        raise resumable(_summary(exc)) from None
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
