@@ -8,6 +8,7 @@ manifest lists and what restores read. It is persisted as JSON (metadata store, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
@@ -33,6 +34,21 @@ class StateHandle(TypedDict):
 
 
 Manifest = dict[str, list[StateHandle]]  # operator uid → the files a restore of the checkpoint reads
+
+
+def state_file_name(uid: str, epoch: int, subtask: int, token: str, kind: HandleKind) -> str:
+    """Where one task attempt writes a state file, relative to the job's checkpoint folder: the
+    attempt's ``token`` keeps a retried or concurrent attempt from overwriting another's file."""
+    return f"state/{uid}/e{epoch:010d}-s{subtask:04d}-{token}.{kind}"
+
+
+_STATE_FILE_NAME = re.compile(r"state/[^/]+/e(\d{10})-s\d{4}-[0-9a-f]+\.(?:full|delta|operator)")
+
+
+def state_file_epoch(path: str) -> int | None:
+    """The epoch that wrote a ``state_file_name`` path; None for any other path."""
+    match = _STATE_FILE_NAME.fullmatch(path)
+    return int(match.group(1)) if match else None
 
 
 def is_keyed(handle: StateHandle) -> bool:

@@ -11,15 +11,13 @@ and files of an epoch still running (a newer number) are left alone. Files of ab
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
+from keyspan.checkpoint.handles import state_file_epoch
 from keyspan.checkpoint.manifest import manifest_paths
 from keyspan.checkpoint.metadata import MetadataStore
 from keyspan.checkpoint.savepoint import ABANDONED
 from keyspan.io.storage import Storage
-
-_STATE_FILE = re.compile(r"state/[^/]+/e(\d{10})-s\d{4}-[0-9a-f]+\.(delta|full)")
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ def unreferenced_state_files(store: MetadataStore, storage: Storage, job_id: str
     found = []
     for rel in storage.files_under("state"):
         path = f"state/{rel}"
-        match = _STATE_FILE.fullmatch(path)
-        if match and path not in listed and int(match.group(1)) <= newest:
-            found.append(UnreferencedFile(path, int(match.group(1)), storage.size(path)))
+        epoch = state_file_epoch(path)
+        if epoch is not None and epoch <= newest and path not in listed:
+            found.append(UnreferencedFile(path, epoch, storage.size(path)))
     return sorted(found, key=lambda f: (f.epoch, f.path))

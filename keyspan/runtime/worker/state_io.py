@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 
 from keyspan.checkpoint import statefile
-from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, StateHandle
+from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, StateHandle, state_file_name
 from keyspan.checkpoint.manifest import compaction_base, full_snapshot_due, restore_order
 from keyspan.state import operator as operator_state
 
@@ -56,10 +56,6 @@ def restore_operator_state(storage, handles: list[StateHandle], subtask: int, pa
     return operator_state.restore_subtask(load_operator_snapshots(storage, handles, stats), subtask, parallelism)
 
 
-def _name(uid: str, epoch: int, subtask: int, token: str, kind: str) -> str:
-    return f"state/{uid}/e{epoch:010d}-s{subtask:04d}-{token}.{kind}"
-
-
 def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tuple[list[StateHandle], dict]:
     """Write the epoch's state of every operator instance under names unique to this attempt: operator
     state whole, keyed state as a delta of what the epoch changed or — when compaction is due or the
@@ -74,7 +70,7 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
         uid = inst.op.uid
         tokens[f"{uid}/{subtask}"] = token
         if inst.operator_state is not None:
-            rel = _name(uid, epoch, subtask, token, OPERATOR)
+            rel = state_file_name(uid, epoch, subtask, token, OPERATOR)
             payload = operator_state.encode(inst.operator_state.snapshot(), inst.op.name)
             written = statefile.write_section(ctx.storage, rel, payload, meta={"kind": OPERATOR})
             # kg: an empty key-group range — the file holds no key group, keyed restores skip it
@@ -89,12 +85,12 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
         if not ctx.full_all:  # after a rescale no worker holds these key groups: nothing to catch up
             sections = inst.backend.delta_sections()
             if full or sections:
-                written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, DELTA), sections)
+                written = statefile.write(ctx.storage, state_file_name(uid, epoch, subtask, token, DELTA), sections)
                 handles.append(StateHandle(uid=uid, kind=DELTA, epoch=epoch, kg=kg, subtask=subtask, **written,
                                            **({"catch_up": True} if full else {})))
             if full:
                 catch_up = {"catch_up_from": compaction_base(committed, inst.key_groups)["epoch"]}
         if full:
-            written = statefile.write(ctx.storage, _name(uid, epoch, subtask, token, FULL), inst.backend.full_sections())
+            written = statefile.write(ctx.storage, state_file_name(uid, epoch, subtask, token, FULL), inst.backend.full_sections())
             handles.append(StateHandle(uid=uid, kind=FULL, epoch=epoch, kg=kg, subtask=subtask, **written, **catch_up))
     return handles, tokens
