@@ -121,7 +121,7 @@ class ImpressionFeed(KeyspanSource):
         """S3 goes down now, for ``outage_s`` seconds."""
         return self._mark(self.outage)
 
-    def reader(self, storage, uid):
+    def reader(self, storage, uid, name):
         return FeedReader(self.rate, self.campaigns, self.clock, self.outage, self.outage_s)
 
 

@@ -178,7 +178,7 @@ class _SettingsSource(KeyspanSource):
     def fingerprint(self):
         return "collector-settings"
 
-    def reader(self, storage, uid):
+    def reader(self, storage, uid, name):
         return _SettingsReader(4)
 
 

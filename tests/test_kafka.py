@@ -165,7 +165,7 @@ def test_starting_offsets_earliest_latest_committed_timestamp(env, kafka_broker)
 
     def start(init):
         src = _source(kafka_broker, topic, init, group=group)
-        return src.reader(None, "u").initial_offset()
+        return src.reader(None, "u", "offsets").initial_offset()
 
     assert start(KafkaOffsetsInitializer.earliest()) == {f"{topic}:0": 0, f"{topic}:1": 0}
     assert start(KafkaOffsetsInitializer.latest()) == {f"{topic}:0": 10, f"{topic}:1": 10}
@@ -219,11 +219,11 @@ def _refusing_address() -> str:
 
 def test_a_cluster_that_does_not_answer_fails_the_job_naming_source_and_servers(env):
     address = _refusing_address()
-    env.from_source(_source(address, "events", bounded=False), None, "events").uid("events").print()
+    env.from_source(_source(address, "events", bounded=False), None, "order events").uid("events").print()
     with pytest.raises(JobExecutionError) as err:
         env.execute("kafka-unreachable")
     text = str(err.value)
-    assert (f"source 'Kafka Source (events)': no answer from Kafka at {address}" in text
+    assert (f"source 'order events': no answer from Kafka at {address}" in text
             and "check that the brokers run" in text and "Traceback" not in text and len(text) < 700), text
 
 

@@ -54,7 +54,7 @@ def test_malformed_json_line_goes_to_dead_letter_output_and_the_job_goes_on(env,
     assert origin == f"file://{folder}/a.jsonl line 2"
     assert reason.startswith("malformed JSON")
     assert raw == TRUNCATED.encode()
-    assert "File Source" in source
+    assert source == "input"  # the name the job gave from_source
 
 
 def test_csv_row_with_wrong_field_count_goes_to_dead_letter_output(env, tmp_path):

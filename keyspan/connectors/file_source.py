@@ -335,8 +335,6 @@ class FileReader(SourceReader):
 
 
 class FileSource(KeyspanSource):
-    name = "File Source"
-
     def __init__(self, fmt: StreamFormat, paths: tuple[str, ...], continuous: bool, max_files: int | None,
                  error_policy: ErrorPolicy | None = None):
         if not paths:
@@ -421,7 +419,7 @@ class FileSource(KeyspanSource):
         except (OSError, ValueError):
             return None  # the reader says what is wrong with the path
 
-    def reader(self, storage, uid):
+    def reader(self, storage, uid, name):
         roots = []
         for path in self.paths:
             root = Storage(path)
@@ -431,7 +429,7 @@ class FileSource(KeyspanSource):
                 roots.append((root, None))
             else:
                 raise FileNotFoundError(f"file source: {path} does not exist")
-        poison = self.error_policy.handler(f"{self.name} ({uid})")
+        poison = self.error_policy.handler(name)
         if self.bounded or all(only is not None for _, only in roots):  # files alone: nothing new can appear
             return FileReader(roots, self.fmt, _listed(roots), poison)
         log = storage.child(f"sources/{uid}-{hashlib.sha256(self.fingerprint().encode()).hexdigest()[:16]}-files")

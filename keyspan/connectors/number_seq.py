@@ -36,5 +36,5 @@ class NumberSequenceSource(KeyspanSource):
     def estimated_bytes(self) -> int:
         return 8 * (self.end - self.start + 1)  # a long each, as Flink counts them
 
-    def reader(self, storage, uid):
+    def reader(self, storage, uid, name):
         return NumberSequenceReader(self.start, self.end - self.start + 1)

@@ -117,7 +117,9 @@ class KeyspanSource:
     max_per_epoch: int | None = None  # a source's own per-epoch limit, in its reader's unit
     keeps_state = False  # its reader keeps more than offsets in the job's checkpoint storage (savepoint_state)
 
-    def reader(self, storage: Storage, uid: str) -> SourceReader:
+    def reader(self, storage: Storage, uid: str, name: str) -> SourceReader:
+        """``name``: the name the job gave the source (``from_source``), which its messages and dead
+        letters use."""
         raise NotImplementedError
 
     def estimated_bytes(self) -> int | None:
@@ -217,7 +219,7 @@ class CollectionSource(KeyspanSource):
     def estimated_bytes(self) -> int:
         return len(self.pickled())
 
-    def reader(self, storage, uid):
+    def reader(self, storage, uid, name):
         data = self.pickled()
         path = f"sources/{uid}-{hashlib.sha256(data).hexdigest()[:16]}.pkl"
         if not storage.exists(path):

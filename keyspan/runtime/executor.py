@@ -651,7 +651,7 @@ class JobRunner:
     def _state_keeping_readers(self, storage: Storage) -> dict:
         """Source index → a reader over the job's checkpoint ``storage``, for the sources whose readers
         keep more than offsets there (``KeyspanSource.keeps_state``)."""
-        return {i: t.spec.reader(storage, source["uid"])
+        return {i: t.spec.reader(storage, source["uid"], t.name)
                 for i, (t, source) in enumerate(zip(self.plan.sources, self.source_ids))
                 if getattr(t.spec, "keeps_state", False)}
 
@@ -768,11 +768,11 @@ class JobRunner:
             raise resumable(lost) from None
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
-            line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
+            line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0].rstrip(".")
             raise JobExecutionError(f"job '{self.job_id}' failed: {line}.\nfull trace: {trace}") from None
         for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: ", SourceRecordError.MARKER):
             if marker in text:  # a user function, a state value, a state file or an input record at fault: say which
-                line = text[text.index(marker) + len(marker):].splitlines()[0]
+                line = text[text.index(marker) + len(marker):].splitlines()[0].rstrip(".")
                 raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
                                         f"was committed.\nfull trace: {trace}") from None
         if isinstance(exc, JobExecutionError):

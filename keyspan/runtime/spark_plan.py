@@ -108,7 +108,7 @@ class SparkStages:
         frames = []
         for i, t in enumerate(self.plan.sources):
             if hasattr(t.spec, "reader"):
-                reader = t.spec.reader(storage, self.source_uids[i])
+                reader = t.spec.reader(storage, self.source_uids[i], t.name)
                 start = offsets.get(str(i)) if offsets else None
                 limit = None if self.batch else (
                     t.spec.max_per_epoch or (self.max_records_per_epoch if reader.unit == "records" else None))

@@ -19,8 +19,6 @@ class FlinkKafkaConsumer(KafkaSource):
     committed offsets by default (``auto.offset.reset`` where there are none), as Flink's does; use
     with ``env.add_source(consumer)``."""
 
-    name = "Kafka Source"
-
     def __init__(self, topics, deserialization_schema, properties: dict):
         builder = KafkaSourceBuilder().set_properties(properties)
         builder.set_topics(*([topics] if isinstance(topics, str) else topics))

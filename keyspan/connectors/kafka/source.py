@@ -398,8 +398,6 @@ def require_client() -> None:
 class KafkaSource(KeyspanSource):
     """PyFlink's ``KafkaSource``: build with ``KafkaSource.builder()``, use with ``env.from_source``."""
 
-    name = "Kafka Source"
-
     def __init__(self, b: "KafkaSourceBuilder"):
         require_client()
         if not b._properties.get("bootstrap.servers"):
@@ -436,8 +434,8 @@ class KafkaSource(KeyspanSource):
         what = self.topics or self.pattern or [f"{tp.topic}:{tp.partition}" for tp in self.partitions]
         return f"kafka:{what}"
 
-    def reader(self, storage, uid):
-        reader = KafkaReader(self, None, self.error_policy.handler(f"{self.name} ({uid})"))
+    def reader(self, storage, uid, name):
+        reader = KafkaReader(self, None, self.error_policy.handler(name))
         if self.stopping_offsets is not None:
             keys = reader._partitions()
             reader.stop = reader.resolve(self.stopping_offsets, keys)
