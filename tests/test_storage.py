@@ -539,3 +539,22 @@ def test_streamed_write_on_s3_is_a_multipart_upload_published_whole(s3, s3_calls
     other = Storage(f"s3://{s3.bucket}/{p}-copy")
     st.copy_file("state/op/e1.full", other, "sp/e1.full")
     statefile.verify(other, "sp/e1.full", h["sha256"])
+
+
+def test_a_missing_bucket_is_named_before_the_job_starts(s3, tmp_path):
+    """``keyspan run`` with checkpoints in a bucket that does not exist stops at its first write with
+    the storage's URL and what to check, not with s3fs's error at the job file's last line."""
+    import os
+    import subprocess
+    import sys
+
+    job = os.path.join(os.path.dirname(__file__), "jobs", "counting_job.py")
+    run = subprocess.run(
+        [sys.executable, "-m", "keyspan", "run", job, "--workdir", str(tmp_path / "work"),
+         "--checkpoint-dir", "s3://no-such-bucket/checkpoints", "--no-progress"],
+        env={**os.environ, "COUNTING_JOB_OUTPUT": str(tmp_path / "out")}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert ("job 'counting' cannot write to its checkpoint storage s3://no-such-bucket/checkpoints/counting "
+            "(FileNotFoundError:" in run.stderr), run.stderr
+    assert "Check that the bucket or folder exists" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()

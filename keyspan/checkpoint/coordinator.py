@@ -176,7 +176,10 @@ class CheckpointCoordinator:
         if self.consecutive_failures > self.tolerable_failures:
             raise CheckpointFailed(
                 f"job '{self.job_id}': checkpoint of epoch {epoch} failed {self.consecutive_failures} time(s) in a "
-                f"row (tolerable_checkpoint_failure_number = {self.tolerable_failures}): {cause}")
+                f"row (tolerable_checkpoint_failure_number = {self.tolerable_failures}): {cause}\nNo state or output "
+                "of that epoch was committed. Once the checkpoint storage takes writes again, running the job again "
+                "resumes from its last checkpoint; to ride out short outages, raise "
+                "get_checkpoint_config().set_tolerable_checkpoint_failure_number(n).")
         print(f"keyspan: checkpoint of epoch {epoch} failed ({cause}); failure {self.consecutive_failures} of "
               f"{self.tolerable_failures} tolerated, running the epoch again", file=sys.stderr)
 

@@ -688,8 +688,14 @@ class JobRunner:
         if self.job_bytes is None:
             return
         rel = f"job/{self.code_version}.py"
-        if not self.storage.exists(rel):
-            self.storage.write(rel, self.job_bytes)
+        try:  # the run's first write to its checkpoint storage
+            if not self.storage.exists(rel):
+                self.storage.write(rel, self.job_bytes)
+        except OSError as exc:
+            raise JobExecutionError(
+                f"job '{self.job_id}' cannot write to its checkpoint storage {self.storage.uri} ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check that the bucket or folder exists and "
+                "that this process may write there, or give another --checkpoint-dir.") from exc
         self.store.set_job_copy(self.job_id, self.storage.url(rel))
         if self.options.launch is not None:  # how `keyspan run` started it: what `keyspan rescale` repeats
             self.storage.write("job/launch.json", json.dumps(self.options.launch).encode())
