@@ -86,3 +86,39 @@ def test_epoch_phases_split_the_tasks_time_into_state_loading_processing_and_sta
         parts = p["tasks.restore"] + p["tasks.busy"] + p["tasks.snapshot"]
         assert min(p["tasks.restore"], p["tasks.busy"], p["tasks.snapshot"]) >= 0 and parts <= p["tasks"], p
     assert all(p["tasks.busy"] > 0 and p["tasks.snapshot"] > 0 for p in phases[:4])  # 2,000 records, a delta each
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_retired_checkpoints_history_stays_bounded(database, tmp_path, request):
+    """A long-running job commits a checkpoint per epoch; the rows of retired ones (and their stats)
+    are kept for CHECKPOINT_HISTORY epochs only, so the store and the dashboard's history do not grow
+    with the job's age. Retained checkpoints and any whose output is unpublished are always kept."""
+    from keyspan.checkpoint import stats
+    from keyspan.checkpoint.metadata import CHECKPOINT_HISTORY
+
+    url = f"sqlite:///{tmp_path}/k.db" if database == "sqlite" else request.getfixturevalue("postgres_url")
+    store = MetadataStore(url)
+    row = dict(run_id="r", parallelism=2, max_parallelism=128, source_offsets={"0": {"index": 1}},
+               manifest={"op": [{"path": "x", "bytes": 10}]}, tokens={}, operators=[], bytes_written=10, records=5)
+    epochs = CHECKPOINT_HISTORY + 300
+    for epoch in range(epochs):
+        unpublished = epoch == 5  # its output never published (a crash between commit and publish)
+        recorder = stats.checkpoint_recorder(store, "long", epoch, 1.0, 2.0, 10, 10)
+        store.commit_checkpoint(discard=[epoch - 2] if epoch >= 2 else [], also=recorder, job_id="long", epoch=epoch,
+                                sinks={"out": [{"path": "p"}]} if unpublished else {}, **row)
+        if epoch == 0:
+            store.commit_checkpoint(job_id="other", epoch=0, sinks={}, **row)  # another job's history is its own
+
+    kept = [c["epoch"] for c in store.list_checkpoints("long")]
+    newest = epochs - 1
+    assert kept == [5] + list(range(newest - CHECKPOINT_HISTORY, newest + 1))
+    assert [c["epoch"] for c in store.list_checkpoints("long", include_discarded=False)] == [newest - 1, newest]
+    assert [c["epoch"] for c in store.list_checkpoints("other")] == [0]
+    with store.engine.connect() as c:
+        with_stats = sorted(r[0] for r in c.execute(
+            stats.select(stats.checkpoint_stats.c.epoch).where(stats.checkpoint_stats.c.job_id == "long")))
+    assert with_stats == kept
+    history = stats.checkpoint_history(store, "long", limit=50)
+    assert [h["epoch"] for h in history] == list(range(newest - 49, newest + 1))
+    assert all(h["duration_ms"] == 1000.0 for h in history)
+    assert store.latest_checkpoint("long")["epoch"] == newest

@@ -78,6 +78,12 @@ runs = Table(
     Column("error", Text),
 )
 
+# A retired checkpoint (its files deleted by retention) keeps a row of history (epoch, time, records,
+# bytes) for `keyspan checkpoints --all`, the dashboard and the REST API, for this many epochs; older
+# ones are deleted by the commit that passes them, so the store and its readers do not grow with a
+# job's age. Retained checkpoints, and any whose output is not published yet, are always kept.
+CHECKPOINT_HISTORY = 1000
+
 checkpoints = Table(
     "checkpoints",
     metadata,
@@ -365,12 +371,13 @@ class MetadataStore:
             if fence is not None:
                 fence.renew_in(c)
             c.execute(_INSERT_CHECKPOINT, values)  # values as parameters: the statement compiles once
-            if also is not None:
-                also(c)
             if discard:
                 c.execute(update(checkpoints).where((checkpoints.c.job_id == row["job_id"]) &
                                                     checkpoints.c.epoch.in_(list(discard)))
                           .values(discarded=True, manifest={}, tokens={}))
+            c.execute(_FORGET_RETIRED, dict(forget_job=row["job_id"], forget_before=row["epoch"] - CHECKPOINT_HISTORY))
+            if also is not None:
+                also(c)
         return values
 
     def abandon_checkpoints(self, job_id: str, epochs: list[int]) -> list[dict]:
@@ -418,10 +425,15 @@ class MetadataStore:
                       .values(published=True))
 
     def latest_checkpoint(self, job_id: str) -> dict | None:
+        recent = self.recent_checkpoints(job_id, 1)
+        return recent[0] if recent else None
+
+    def recent_checkpoints(self, job_id: str, limit: int) -> list[dict]:
+        """The newest ``limit`` checkpoint rows, retired ones included, oldest first."""
         with self.engine.connect() as c:
-            row = c.execute(select(checkpoints).where(checkpoints.c.job_id == job_id)
-                            .order_by(checkpoints.c.epoch.desc())).mappings().first()
-            return dict(row) if row else None
+            rows = c.execute(select(checkpoints).where(checkpoints.c.job_id == job_id)
+                             .order_by(checkpoints.c.epoch.desc()).limit(limit)).mappings()
+            return [dict(r) for r in rows][::-1]
 
     def get_checkpoint(self, job_id: str, epoch: int) -> dict | None:
         with self.engine.connect() as c:
@@ -478,6 +490,9 @@ class Lease:
 
 # statements of every epoch's commit, built once: SQLAlchemy then skips rebuilding and compiling them
 _INSERT_CHECKPOINT = insert(checkpoints)
+_FORGET_RETIRED = delete(checkpoints).where(
+    (checkpoints.c.job_id == bindparam("forget_job")) & (checkpoints.c.epoch < bindparam("forget_before")) &
+    (checkpoints.c.discarded == True) & (checkpoints.c.published == True))  # noqa: E712
 _RENEW_LEASE = update(leases).where((leases.c.job_id == bindparam("lease_job")) &
                                     (leases.c.token == bindparam("lease_token")))
 

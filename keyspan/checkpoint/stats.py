@@ -13,6 +13,7 @@ from sqlalchemy import (BigInteger, Column, Float, Integer, MetaData, String, Ta
                         insert, select)
 
 from keyspan.checkpoint.handles import is_catch_up
+from keyspan.checkpoint.metadata import CHECKPOINT_HISTORY, checkpoints
 
 _tables = MetaData()
 
@@ -55,6 +56,10 @@ _READY: set[int] = set()
 _DELETE_STATS = delete(checkpoint_stats).where((checkpoint_stats.c.job_id == bindparam("stats_job")) &
                                                (checkpoint_stats.c.epoch == bindparam("stats_epoch")))
 _INSERT_STATS = insert(checkpoint_stats)
+_FORGET_STATS = delete(checkpoint_stats).where(  # of the checkpoints the commit forgot (CHECKPOINT_HISTORY)
+    (checkpoint_stats.c.job_id == bindparam("stats_job")) & (checkpoint_stats.c.epoch < bindparam("stats_before")) &
+    checkpoint_stats.c.epoch.not_in(select(checkpoints.c.epoch).where(
+        (checkpoints.c.job_id == bindparam("stats_job")) & (checkpoints.c.epoch < bindparam("stats_before")))))
 
 
 def _engine(store):
@@ -82,6 +87,7 @@ def checkpoint_recorder(store, job_id: str, epoch: int, started_at: float, ended
         c.execute(_INSERT_STATS, dict(job_id=job_id, epoch=epoch, started_at=started_at, ended_at=ended_at,
                                       duration_ms=(ended_at - started_at) * 1000, bytes_written=bytes_written,
                                       full_size=full_size))
+        c.execute(_FORGET_STATS, dict(stats_job=job_id, stats_before=epoch - CHECKPOINT_HISTORY))
 
     return record
 
@@ -110,10 +116,13 @@ def rescale_history(store, job_id: str) -> list[dict]:
 
 def checkpoint_history(store, job_id: str, limit: int = 200) -> list[dict]:
     """The newest ``limit`` checkpoints (oldest first) with their stats where they were recorded."""
-    rows = store.list_checkpoints(job_id)[-limit:]
+    rows = store.recent_checkpoints(job_id, limit)
+    if not rows:
+        return []
     with _engine(store).connect() as c:
         stats = {r["epoch"]: dict(r) for r in c.execute(
-            select(checkpoint_stats).where(checkpoint_stats.c.job_id == job_id)).mappings()}
+            select(checkpoint_stats).where((checkpoint_stats.c.job_id == job_id) &
+                                           (checkpoint_stats.c.epoch >= rows[0]["epoch"]))).mappings()}
     out = []
     for r in rows:
         s = stats.get(r["epoch"], {})

@@ -326,7 +326,7 @@ class JobRunner:
         """A metadata store that knows no checkpoint of the job, over a checkpoint folder that holds some
         (the store was lost, or this is another one): starting from nothing would write over those
         checkpoints' restore points, so say how to restore them or set them aside instead."""
-        if self.store.list_checkpoints(self.job_id, include_discarded=True):
+        if self.store.latest_checkpoint(self.job_id) is not None:
             return
         found = sorted(name for name in self.storage.list("") if re.fullmatch(r"chk-\d{10}", name)
                        and self.storage.exists(f"{name}/{METADATA}"))
