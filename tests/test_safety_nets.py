@@ -16,10 +16,10 @@ import pytest
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.integrity import verify_manifest
 from keyspan.checkpoint.metadata import MetadataStore
-from keyspan.common import Encoder
+from keyspan.common import Encoder, Types
 from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
 from keyspan.datastream.connectors.file_system import FileSink
-from keyspan.datastream.state import ValueStateDescriptor
+from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from keyspan.io.storage import Storage
 from keyspan.runtime import options as run_options
 from keyspan.runtime.executor import JobExecutionError
@@ -50,8 +50,20 @@ def fail_while(flag: str, at: int):
     return fn
 
 
+class CountInAMap(KeyedProcessFunction):
+    """``Count`` changed to keep its count in a map state under the same name."""
+
+    def open(self, ctx):
+        self.n = ctx.get_map_state(MapStateDescriptor("n", Types.STRING(), Types.LONG()))
+
+    def process_element(self, value, ctx):
+        n = (self.n.get("n") or 0) + 1
+        self.n.put("n", n)
+        yield f"{ctx.get_current_key()} {n}"
+
+
 def build(workdir: Path, out: Path, *, extra_filter: bool = False, second_counter: bool = True,
-          crash_at: int = 85) -> StreamExecutionEnvironment:
+          crash_at: int = 85, counter=Count) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.set_max_records_per_epoch(PER_EPOCH)
@@ -61,7 +73,7 @@ def build(workdir: Path, out: Path, *, extra_filter: bool = False, second_counte
     if extra_filter:
         stream = stream.filter(lambda r: True).uid("added-filter")
     keyed = stream.key_by(lambda r: r[0])
-    counted = keyed.process(Count()).uid("count")
+    counted = keyed.process(counter()).uid("count")
     counted.sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid("sink")
     if second_counter:
         keyed.process(Count()).uid("count2").sink_to(
@@ -204,6 +216,23 @@ def test_changed_job_restores_by_uid_and_deletes_no_checkpoint(workdir, capfd):
     build(workdir, out, second_counter=False, extra_filter=True).execute("changing")
     assert published(out) == EXPECTED  # state restored by uid: the counts went on, none twice
     assert not any(line.startswith("starts from scratch") for line in capfd.readouterr().err.splitlines())
+
+
+def test_a_state_restored_as_another_kind_is_refused_by_name_and_loses_nothing(workdir):
+    """The job changed a value state into a map state under the same name: the restore stops in the
+    operator's open() naming the state and both kinds (it was a TypeError deep in the map state); the
+    old job then resumes from the same checkpoint with every count intact."""
+    out = workdir / "out"
+    retained = crash_run(workdir, "rekinded", out, second_counter=False)
+    with pytest.raises(JobExecutionError) as err:
+        build(workdir, out, second_counter=False, crash_at=-1, counter=CountInAMap).execute("rekinded")
+    text = str(err.value)
+    assert ("operator 'KeyedProcess' (uid count, subtask" in text and "failed in open()" in text
+            and "state 'n' was restored as value state and cannot be used as map state" in text), text
+    assert [c["epoch"] for c in store().list_checkpoints("rekinded", include_discarded=False)] == \
+        [c["epoch"] for c in retained]
+    build(workdir, out, second_counter=False, crash_at=-1).execute("rekinded")
+    assert published(out) == EXPECTED
 
 
 def _evil_state_file(marker: Path) -> bytes:

@@ -566,3 +566,56 @@ def test_more_subtasks_than_cores_share_as_many_pools_of_workers_as_an_executor_
     assert not (pids[0] | pids[2]) & (pids[1] | pids[3]), pids
     assert {(subtask, pool) for subtask, _, _, _, pool in out} == {(0, "0"), (1, "1"), (2, "0"), (3, "1")}
     assert {(key, n) for _, _, key, n, _ in out} == {(f"k{k}", n) for k in range(30) for n in range(1, 15 if k < 10 else 14)}
+
+
+def _tagged_counter(tag: str):
+    class Counter(KeyedProcessFunction):
+        def open(self, ctx):
+            self.n = ctx.get_state(ValueStateDescriptor("n"))
+
+        def process_element(self, value, ctx):
+            n = (self.n.value() or 0) + 1
+            self.n.update(n)
+            yield f"{tag} {ctx.get_current_key()} {n}"
+
+    return Counter
+
+
+def test_a_job_changed_and_run_again_in_the_same_process_runs_its_new_code(workdir):
+    """A notebook's loop: the job fails, the user edits its function and runs it again in the same
+    process. The run resumes (same uids, same Spark log), and the Python workers still cache the
+    operators of the failed attempt; those were built from the old function and must not be reused
+    (they were, and every record after the restart went through the old code)."""
+    from keyspan.common import Encoder
+    from keyspan.datastream import StreamExecutionEnvironment
+    from keyspan.datastream.connectors.file_system import FileSink
+    from keyspan.runtime.executor import JobExecutionError
+
+    out, flag = workdir / "out", workdir / "crash"
+
+    def crash_at_85(value):
+        if value[1] == 85 and flag.exists():
+            raise RuntimeError("injected crash")
+        return value
+
+    def run(tag: str):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(2)
+        env.set_max_records_per_epoch(10)
+        (env.from_collection([(f"k{i % 4}", i) for i in range(120)]).uid("numbers").map(crash_at_85).uid("crash")
+         .key_by(lambda r: r[0]).process(_tagged_counter(tag)()).uid("count")
+         .sink_to(FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()).uid("sink"))
+        env.execute("edited")
+
+    flag.write_text("1")
+    with pytest.raises(JobExecutionError, match="injected crash"):
+        run("old")
+    flag.unlink()
+    before = {line for p in out.iterdir() if p.is_file() for line in p.read_text().splitlines()}
+    run("new")
+    lines = [line for p in out.iterdir() if p.is_file() for line in p.read_text().splitlines()]
+    after = [line for line in lines if line not in before]
+    assert before and all(line.startswith("old ") for line in before)
+    assert after and all(line.startswith("new ") for line in after), sorted(after)[:5]
+    counts = sorted((line.split()[1], int(line.split()[2])) for line in lines)
+    assert counts == sorted((f"k{k}", n) for k in range(4) for n in range(1, 31))  # state restored: none lost or twice

@@ -941,7 +941,9 @@ class JobRunner:
             storage=self.storage, backend=self.env.get_state_backend(),
             max_chain=self.checkpoint_config.max_delta_chain, full_all=self.parallel_changed, time=time_ctx,
             job_parameters=self.env.get_config().get_global_job_parameters(),
-            recent_tokens=dict(self.recent_tokens), reads=reads, ended_runs=tuple(_ended_runs))
+            recent_tokens=dict(self.recent_tokens), reads=reads, ended_runs=tuple(_ended_runs),
+            state_kinds={o["uid"]: {d["name"]: d["kind"] for d in o["states"]}
+                         for o in (committed or {}).get("operators") or () if o.get("states")})
 
     def _time_context(self, offsets, end_of_input: bool = False) -> TimeContext:
         """What every task needs to compute the watermarks after this epoch exactly as the driver will."""

@@ -101,6 +101,8 @@ class StagePlan:
     key_fields: list[str] | None = None  # typed_keyed: the key columns, hashed in the JVM and read as the key
     timestamp_field: str | None = None  # typed_keyed: the column the pushed-down timestamp assigner read
     timestamp_origin: str | None = None  # ... and that assigner's uid: the watermark origin this stage reports for
+    code: str = ""  # the digest of the pickled plan, set where it is loaded (``stage_plan``): cached operator
+    # instances built from other code (a job changed and run again in the same process) are not reused
 
     @property
     def has_downstream(self) -> bool:

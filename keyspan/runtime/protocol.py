@@ -56,6 +56,8 @@ class EpochContext:
     reads: dict[int, list] = field(default_factory=dict)  # keyspan source stage id → the input partitions
     # its tasks read this epoch (task i the i-th)
     ended_runs: tuple = ()  # runs this driver process ended lately: workers free what they still cache for them
+    state_kinds: dict[str, dict[str, str]] = field(default_factory=dict)  # operator uid → state name → kind, as
+    # the committed checkpoint describes them: a restored state asked for as another kind is refused by name
 
 
 def encode_context(ctx: EpochContext) -> str:

@@ -53,6 +53,7 @@ class KeyedStateBackend(ABC):
         self.current_key_group = key_groups.start
         self._states: dict[str, object] = {}
         self._descriptors: dict[str, StateDescriptor] = {}
+        self.restored_kinds: dict[str, str] = {}  # state name → its kind in the checkpoint restored from
         # State TTL: "now" in ms for the ProcessingTime characteristic, and the event-time clock
         # (set by the runtime from the job's watermark) for keyspan's EventTime characteristic
         self.ttl_time_provider = wall_clock_ms
@@ -76,6 +77,13 @@ class KeyedStateBackend(ABC):
                     f"{known.kind} state, cannot use it as {descriptor.kind} state"
                 )
             return self._states[descriptor.name]
+        restored = self.restored_kinds.get(descriptor.name)
+        if restored is not None and restored != descriptor.kind:
+            raise ValueError(
+                f"state '{descriptor.name}' was restored as {restored} state and cannot be used as "
+                f"{descriptor.kind} state: a state keeps its kind under its name. Give the new state "
+                f"another name (the old one's values are then kept, unused), rewrite it with the State Processor "
+                f"API, or start over with --fresh")
         if descriptor.namespaced and descriptor.ttl_config is not None and descriptor.ttl_config.is_enabled():
             raise ValueError(f"operator '{self.operator}': state '{descriptor.name}' is kept per window (namespace) "
                              f"and cannot have a TTL; remove enable_time_to_live from its descriptor")

@@ -73,10 +73,11 @@ def evict_idle_instances(run_id: str, ended_runs=()) -> None:
     _drop(lambda key, inst: key[0] != run_id and (key[0] in ended or now - inst.last_used > IDLE_INSTANCE_SECONDS))
 
 
-def drop_other_parallelism(run_id: str, uid: str, parallelism: int) -> None:
-    """After a live rescale, instances cached at the old parallelism hold key groups (or operator
-    state) that other subtasks now own and restore: free them."""
-    _drop(lambda key, inst: key[0] == run_id and key[1] == uid and inst.parallelism != parallelism)
+def drop_stale(run_id: str, uid: str, parallelism: int, code: str) -> None:
+    """Free the run's cached instances of operator ``uid`` that no task will use again: those at another
+    parallelism (after a live rescale other subtasks own and restore their key groups or operator state),
+    and those built from other code (the job was changed and run again in this process)."""
+    _drop(lambda key, inst: key[0] == run_id and key[1] == uid and (inst.parallelism != parallelism or key[-1] != code))
 
 
 def drop_run(run_id: str) -> None:
@@ -100,7 +101,7 @@ class OperatorInstance:
         self.last_used = time.monotonic()
         self.backend = backend_spec.create_keyed_backend(op.uid, key_groups) if key_groups is not None else None
         if self.backend is not None:
-            self.backend.operator = f"{op.name}' (uid '{op.uid}"  # how errors name the operator
+            self.backend.operator = f"{op.name} (uid {op.uid})"  # how errors name the operator
         self.function = serde.loads(serde.dumps_function(op.function))  # own copy per instance
         self.checkpointed = checkpointed(self.function)
         self.operator_state = None  # a DefaultOperatorStateStore once initialized, if the operator keeps any
@@ -120,7 +121,10 @@ class OperatorInstance:
     def open(self):
         if not self.opened:
             if hasattr(self.function, "open"):
-                self.function.open(self.runtime_context)
+                try:
+                    self.function.open(self.runtime_context)
+                except Exception as exc:
+                    raise user_error(self.op, self.runtime_context.get_index_of_this_subtask(), exc, method="open()") from exc
             self.opened = True
 
     def settle(self, ctx) -> None:
@@ -158,13 +162,13 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     """The operator's instance for this epoch, as of the committed checkpoint: the cached one settled
     (and caught up), or a new one restored; also the state bytes read for it."""
     evict_idle_instances(ctx.run_id, ctx.ended_runs)
-    drop_other_parallelism(ctx.run_id, op.uid, plan.parallelism)
+    drop_stale(ctx.run_id, op.uid, plan.parallelism, plan.code)
     if keyed:
         key_groups = compute_key_group_range_for_operator_index(plan.max_parallelism, plan.parallelism, subtask)
-        cache_key = (ctx.run_id, op.uid, subtask, key_groups.start, key_groups.stop)
+        cache_key = (ctx.run_id, op.uid, subtask, key_groups.start, key_groups.stop, plan.code)
     else:
         key_groups = None
-        cache_key = (ctx.run_id, op.uid, subtask, "p", plan.parallelism)
+        cache_key = (ctx.run_id, op.uid, subtask, "p", plan.parallelism, plan.code)
     restored = 0
     inst = _INSTANCES.pop(cache_key, None)
     if inst is not None:
@@ -178,6 +182,7 @@ def acquire(op, plan, subtask: int, attempt: int, ctx, keyed: bool) -> tuple[Ope
     if inst is None:
         inst = OperatorInstance(op, plan, subtask, attempt, ctx.backend, key_groups, cache_key, ctx.job_parameters)
         if keyed:
+            inst.backend.restored_kinds = ctx.state_kinds.get(op.uid, {})
             restored += state_io.restore_keyed(inst.backend, _keyed_handles(ctx, op.uid), key_groups, ctx.storage)
         inst.version = ctx.committed_epoch
         if inst.has_operator_state:

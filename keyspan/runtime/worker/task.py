@@ -120,6 +120,7 @@ def stage_plan(plan_bytes: bytes, digest: str) -> StagePlan:
     plan = _PLANS.get(digest)
     if plan is None:
         plan = _PLANS[digest] = serde.loads(plan_bytes)
+        plan.code = digest
     return plan
 
 
