@@ -71,6 +71,34 @@ def test_a_job_file_that_fails_while_building_names_its_line(tmp_path):
     assert "Traceback" in _log_path(err).read_text()
 
 
+UNPICKLABLE_JOB = '''
+import threading
+from keyspan.datastream import MapFunction, StreamExecutionEnvironment
+
+
+class Guarded(MapFunction):
+    def __init__(self):
+        self.lock = threading.Lock()  # belongs in open(): Spark ships the function pickled
+
+    def map(self, value):
+        return value
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.from_collection([1, 2]).uid("numbers").map(Guarded()).name("guarded").uid("guarded").print()
+env.execute("unpicklable")
+'''
+
+
+def test_a_function_that_cannot_be_pickled_is_named_with_what_to_do(tmp_path):
+    done = _run(tmp_path, UNPICKLABLE_JOB)
+    assert done.returncode == 1
+    err = done.stderr.strip()
+    assert ("operator 'guarded' (uid guarded): its function cannot be pickled (TypeError: cannot pickle "
+            "'_thread.lock' object)" in err and "in open() instead of __init__" in err), err
+    assert len(_ours(err)) <= 3 and "Traceback" not in err, err
+
+
 PIDS_JOB = '''
 import os
 from keyspan.datastream import StreamExecutionEnvironment

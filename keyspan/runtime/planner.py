@@ -140,8 +140,31 @@ class PhysicalPlan:
         for obj in held:
             if obj is not None:
                 serde.ship_user_modules_within(obj)
-        data = serde.dumps_function(plan)
+        try:
+            data = serde.dumps_function(plan)
+        except Exception as exc:
+            raise _unpicklable(plan, held, exc) from exc
         return data, hashlib.sha256(data).hexdigest()
+
+
+def _unpicklable(plan: StagePlan, held: list, exc: Exception) -> TypeError:
+    """Which of a stage's functions cannot be pickled (Spark ships each to its tasks), and what to do."""
+    why = f"{type(exc).__name__}: {exc}"
+    advice = ("Spark ships it to every task, pickled; create what it holds (a lock, a connection, a client) in "
+              "open() instead of __init__, or leave it out of the closure")
+    for op in plan.ops:
+        for part in (op.function, op.sink, op.watermark_strategy):
+            try:
+                serde.dumps_function(part)
+            except Exception:  # noqa: BLE001 — the first part that fails is the one to name
+                return TypeError(f"operator '{op.name}' (uid {op.uid}): its function cannot be pickled ({why}). {advice}.")
+    for part in held:
+        try:
+            serde.dumps_function(part)
+        except Exception:  # noqa: BLE001
+            return TypeError(f"a key selector or partitioner of the stage that starts with operator "
+                             f"'{plan.ops[0].name}' cannot be pickled ({why}). {advice}.")
+    return TypeError(f"the stage that starts with operator '{plan.ops[0].name}' cannot be pickled ({why})")
 
 
 class _FieldRef:
