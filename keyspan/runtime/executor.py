@@ -83,6 +83,11 @@ def _mark_run(run_id: str, ended: bool) -> None:
         del _ended_runs[:-ENDED_RUNS_KEPT]
 
 
+def _sentence(line: str) -> str:
+    """``line`` ending as a sentence, for messages that go on after it."""
+    return line if line.endswith((".", "?", "!")) else line + "."
+
+
 class JobExecutionError(RuntimeError):
     """The job failed; nothing of the failing epoch was committed or published."""
 
@@ -774,12 +779,12 @@ class JobRunner:
             raise resumable(lost) from None
         text = str(exc)
         if PoisonRecordError.MARKER in text:  # an input record no format can read: where, why, and the log
-            line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0].rstrip(".")
-            raise JobExecutionError(f"job '{self.job_id}' failed: {line}.\nfull trace: {trace}") from None
+            line = text[text.index(PoisonRecordError.MARKER) + len(PoisonRecordError.MARKER):].splitlines()[0]
+            raise JobExecutionError(f"job '{self.job_id}' failed: {_sentence(line)}\nfull trace: {trace}") from None
         for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: ", SourceRecordError.MARKER):
             if marker in text:  # a user function, a state value, a state file or an input record at fault: say which
-                line = text[text.index(marker) + len(marker):].splitlines()[0].rstrip(".")
-                raise JobExecutionError(f"job '{self.job_id}' failed: {line}. No state or output of that epoch "
+                line = text[text.index(marker) + len(marker):].splitlines()[0]
+                raise JobExecutionError(f"job '{self.job_id}' failed: {_sentence(line)} No state or output of that epoch "
                                         f"was committed.\nfull trace: {trace}") from None
         if isinstance(exc, JobExecutionError):
             raise exc
