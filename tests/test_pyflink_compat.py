@@ -5,6 +5,7 @@ chaining controls, ``configure(Configuration)``, ``execute_async`` with its ``Jo
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -262,6 +263,18 @@ def test_a_typed_collection_reaches_functions_as_pyflink_s_java_source_hands_it_
     floats = env.from_collection([0.1, 16777217.0], Types.FLOAT())
     got = sorted(nested.map(repr).union(floats.map(repr)).execute_and_collect("typed-collection"))
     assert got == ["0.10000000149011612", "16777216.0", "Row(f0=1, f1=Row(f0=2, f1='x'), f2=None)"]
+
+
+def test_sql_times_keep_the_precision_of_pyflink_s_serializers(env):
+    """Checked side by side on PyFlink 2.3: functions receive a ``SQL_TIME`` or ``SQL_TIMESTAMP`` in
+    whole milliseconds, and ``execute_and_collect`` gives a ``SQL_TIME`` back in whole seconds."""
+    at = datetime.datetime(2024, 2, 29, 12, 30, 15, 123456)
+    times = env.from_collection([at.time()], Types.SQL_TIME())
+    stamps = env.from_collection([at], Types.SQL_TIMESTAMP())
+    received = sorted(times.map(repr).union(stamps.map(repr)).execute_and_collect("sql-times-received"))
+    assert received == ["datetime.datetime(2024, 2, 29, 12, 30, 15, 123000)", "datetime.time(12, 30, 15, 123000)"]
+    collected = list(env.from_collection([at.time()], Types.SQL_TIME()).execute_and_collect("sql-time-collected"))
+    assert collected == [datetime.time(12, 30, 15)]
 
 
 def test_flink_s_basic_operations_example_prints_each_job_s_results_and_no_java_bridge_lines(tmp_path):

@@ -3,8 +3,10 @@
 PyFlink collects a stream of a declared type (``output_type=``, ``type_info=``) as Java objects and
 converts each back by that type (``pyflink.datastream.utils.pickled_bytes_to_python_obj``): a row
 comes back named by its type (``Row(f0=..., f1=...)`` for ``Types.ROW``), a tuple as a tuple, a
-``FLOAT`` with single precision, arrays as lists (a ``PRIMITIVE_ARRAY(BYTE)``'s bytes as Java's
-signed bytes). A stream without a declared type comes back as the Python object itself.
+``FLOAT`` with single precision, a ``SQL_TIME`` in whole seconds, arrays as lists (a
+``PRIMITIVE_ARRAY(BYTE)``'s bytes as Java's signed bytes). A stream without a declared type comes
+back as the Python object itself. Its Python functions receive a ``SQL_TIME`` or ``SQL_TIMESTAMP``
+in whole milliseconds, the precision of the types' serializers.
 
 PyFlink's ``print()`` turns a stream of rows into text in Python, from the values its Python
 functions receive: the same, except that a ``FLOAT`` is the full double of the single-precision
@@ -12,6 +14,7 @@ number and bytes stay bytes."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from functools import partial
 
@@ -74,7 +77,14 @@ def _reshapes(t, lists: bool = False) -> bool:
         return lists or _reshapes(t.element_type, lists)
     if isinstance(t, MapTypeInfo):
         return _reshapes(t.key_type, lists) or _reshapes(t.value_type, lists)
-    return getattr(t, "name", None) == "FLOAT"
+    return getattr(t, "name", None) in _RESHAPED_BASIC
+
+
+_RESHAPED_BASIC = ("FLOAT", "SQL_TIME", "SQL_TIMESTAMP")
+
+
+def _in_millis(value):
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
 def _converted(value, t, received: bool):
@@ -103,6 +113,11 @@ def _converted(value, t, received: bool):
                 for k, v in value.items()}
     if getattr(t, "name", None) == "FLOAT" and isinstance(value, float):
         return single_precision(value) if received else _float_as_collected(value)
+    name = getattr(t, "name", None)
+    if name == "SQL_TIME" and isinstance(value, datetime.time):
+        return _in_millis(value) if received else value.replace(microsecond=0)
+    if name == "SQL_TIMESTAMP" and isinstance(value, datetime.datetime):
+        return _in_millis(value)
     return value
 
 
