@@ -157,3 +157,52 @@ def test_a_relaunch_keeps_the_D_keys_and_an_older_launch_without_them_still_work
     assert cmd[cmd.index("-D"):cmd.index("-D") + 4] == ["-D", "state.backend.type=rocksdb", "-D",
                                                          "pipeline.max-parallelism=256"]
     assert cmd[-2:] == ["--parallelism", "4"]
+
+
+MEMORY_HOG_JOB = '''
+from keyspan.datastream import StreamExecutionEnvironment, KeyedProcessFunction
+from keyspan.datastream.state import ValueStateDescriptor
+
+class Hold(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.held = runtime_context.get_state(ValueStateDescriptor("held"))
+
+    def process_element(self, value, ctx):
+        self.held.update("x" * SIZE + str(value))
+        yield value, len(self.held.value())
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(1)
+env.from_collection(list(range(12))).uid("numbers").key_by(lambda v: v).process(Hold()).uid("hold").print()
+env.execute("hog")
+'''
+
+
+def test_a_python_worker_out_of_memory_names_the_limit_and_what_to_change(tmp_path):
+    """Spark caps its Python workers' address space with spark.executor.pyspark.memory. Past it, the
+    heap backend's state raises MemoryError, and RocksDB aborts the worker as it opens; both stop the
+    job with the limit named and what to change, and the next run without the cap loses nothing."""
+    def run(size: int, *flags: str) -> subprocess.CompletedProcess:
+        job = tmp_path / "job.py"
+        job.write_text(MEMORY_HOG_JOB.replace("SIZE", str(size)))
+        return subprocess.run([sys.executable, "-m", "keyspan", "run", str(job), "--workdir", str(tmp_path / "w"),
+                               "--no-progress", *flags], capture_output=True, text=True, timeout=400, cwd=tmp_path)
+
+    what_to_do = ("of address space (spark.executor.pyspark.memory), and a worker takes about 400 MB of it once pyarrow "
+                  "and PySpark are loaded")
+    heap = run(30_000_000, "--fresh", "--conf", "spark.executor.pyspark.memory=800m")
+    assert heap.returncode == 1
+    assert "job 'hog' failed:" in heap.stderr and "MemoryError" in heap.stderr, heap.stderr[-3000:]
+    assert f"Spark's Python workers may use 800m {what_to_do}" in heap.stderr
+    assert "raise it (1g or more) or unset it" in heap.stderr and "Traceback" not in heap.stderr
+
+    rocksdb = run(10, "--fresh", "-D", "state.backend.type=rocksdb", "--conf", "spark.executor.pyspark.memory=500m")
+    assert rocksdb.returncode == 1
+    assert f"Spark's Python workers may use 500m {what_to_do} (RocksDB aborts the worker" in rocksdb.stderr, \
+        rocksdb.stderr[-3000:]
+    assert "raise it (1g or more) or unset it" in rocksdb.stderr and "Traceback" not in rocksdb.stderr
+
+    again = run(10, "-D", "state.backend.type=rocksdb")
+    assert again.returncode == 0, again.stderr[-3000:]
+    printed = [line for line in again.stdout.splitlines() if line.startswith("(")]
+    assert sorted(printed) == sorted(f"({v}, {10 + len(str(v))})" for v in range(12))

@@ -260,10 +260,12 @@ class JobRunner:
         else:
             moved = self._set_aside(rows)
             retained = [r["epoch"] for r in rows if not r["discarded"]]
-            kept = f"checkpoints {retained[0]}–{retained[-1]}" if retained else "its files"
-            print(f"keyspan: job '{self.job_id}' starts from scratch: {reason}. Its {kept} were moved to "
-                  f"{moved.uri} (restore one with `keyspan run -s {moved.uri}/chk-<epoch>`; delete that folder "
-                  "when no longer needed)", file=sys.stderr)
+            if retained:
+                kept = (f"checkpoints {retained[0]}–{retained[-1]} were moved to {moved.uri} (restore one with "
+                        f"`keyspan run -s {moved.uri}/chk-<epoch>`; delete that folder when no longer needed)")
+            else:
+                kept = f"files, which hold no committed checkpoint, were moved to {moved.uri} (delete that folder)"
+            print(f"keyspan: job '{self.job_id}' starts from scratch: {reason}. Its {kept}", file=sys.stderr)
         self.store.forget_job(self.job_id)
         Storage(self._spark_dir_root()).delete("", recursive=True)
 
@@ -783,7 +785,7 @@ class JobRunner:
             raise JobExecutionError(f"job '{self.job_id}' failed: {_sentence(line)}\nfull trace: {trace}") from None
         for marker in (UserFunctionError.MARKER, "StateSerializationError: ", "CorruptStateFile: ", SourceRecordError.MARKER):
             if marker in text:  # a user function, a state value, a state file or an input record at fault: say which
-                line = text[text.index(marker) + len(marker):].splitlines()[0]
+                line = _with_memory_hint(text[text.index(marker) + len(marker):].splitlines()[0], self._worker_memory_hint)
                 raise JobExecutionError(f"job '{self.job_id}' failed: {_sentence(line)} No state or output of that epoch "
                                         f"was committed.\nfull trace: {trace}") from None
         if isinstance(exc, JobExecutionError):
@@ -800,7 +802,28 @@ class JobRunner:
                                     f"answer ({unanswered}). No state or output of the failing epoch was committed; "
                                     "once the store answers, running the job again resumes from the last checkpoint."
                                     f"\nfull trace: {trace}") from None
-        raise resumable(_summary(exc)) from None
+        raise resumable(_summary(exc, self._worker_memory_hint)) from None
+
+    def _worker_memory_hint(self) -> str:
+        """What to change when a Python worker ran out of memory, for this job's backend and Spark's cap."""
+        from keyspan.state.rocksdb.backend import EmbeddedRocksDBStateBackend
+
+        on_rocksdb = isinstance(self.env.get_state_backend(), EmbeddedRocksDBStateBackend)
+        try:
+            from pyspark.sql import SparkSession
+            active = SparkSession.getActiveSession()
+            cap = active.sparkContext.getConf().get("spark.executor.pyspark.memory") if active else None
+        except Exception:  # noqa: BLE001 — a hint only; the JVM may be what ended
+            cap = None
+        if cap:
+            return (f"Spark's Python workers may use {cap} of address space (spark.executor.pyspark.memory), and a "
+                    "worker takes about 400 MB of it once pyarrow and PySpark are loaded"
+                    + (" (RocksDB aborts the worker when it cannot reserve memory)" if on_rocksdb else "")
+                    + ": raise it (1g or more) or unset it")
+        if on_rocksdb:
+            return "give Spark's executors or the machine more memory, or lower the RocksDB memory settings"
+        return ("give Spark's executors or the machine more memory, or keep the state in RocksDB, which holds it "
+                "on disk: -D state.backend.type=rocksdb")
 
     # -- one epoch ---------------------------------------------------------------------------------
     def _run_epoch(self, batch_df, batch_id: int) -> None:
@@ -1172,19 +1195,30 @@ def _batch_mode(env, sources: list, job_id: str) -> bool:
     return mode == RuntimeExecutionMode.BATCH or (mode == RuntimeExecutionMode.AUTOMATIC and bounded)
 
 
-def _summary(exc: BaseException) -> str:
+def _summary(exc: BaseException, memory_hint=None) -> str:
     """The line of a (Spark-wrapped) failure that says what went wrong: the last Python error line of
-    a task's trace, or the exception's own first line."""
+    a task's trace, or the exception's own first line. ``memory_hint()`` says what to change when a
+    Python worker ran out of memory."""
     text = str(exc)
     crash = re.search(r"Python worker exited unexpectedly \(crashed\)[^\n]*", text)
     if crash:  # the OS (or a memory cap) killed a worker: no Python error line says so
-        return (f"{crash.group(0).strip()}; a worker that is killed mid-task most often ran out of memory "
-                "(see the worker memory settings, or use EmbeddedRocksDBStateBackend for large state)")[:500]
+        why = "A worker that is killed mid-task most often ran out of memory"
+        hint = memory_hint() if memory_hint else "see the worker memory settings, or use EmbeddedRocksDBStateBackend for large state"
+        return f"{_sentence(crash.group(0).strip())} {why}: {hint}"[:800]
     errors = [line.strip() for line in text.splitlines()
               if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)", line)
               and not line.strip().startswith(("org.apache", "java.", "py4j", "scala."))]
     line = errors[-1] if errors else (text.strip().splitlines() or [type(exc).__name__])[0]
-    return line[:500]
+    return _with_memory_hint(line[:500], memory_hint)
+
+
+def _with_memory_hint(line: str, memory_hint) -> str:
+    """A failure line of a worker's MemoryError, with what to change."""
+    if memory_hint is None or not re.search(r"\bMemoryError\b", line):
+        return line
+    if line.strip() == "MemoryError":
+        line = "a Python worker ran out of memory (MemoryError)"
+    return f"{line.rstrip('.')}: {memory_hint()}"
 
 
 def _caused_by(exc: BaseException, what) -> BaseException | None:

@@ -86,4 +86,11 @@ def user_error(op, subtask: int, exc: BaseException, record=None, method: str | 
     else:
         where = f"in {method}"
     return UserFunctionError(f"{UserFunctionError.MARKER}operator '{op.name}' (uid {op.uid}, subtask {subtask}) "
-                             f"failed {where}: {type(exc).__name__}: {exc}")
+                             f"failed {where}: {_described(exc)}")
+
+
+def _described(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, MemoryError):
+        text += " (the Python worker ran out of memory)"
+    return text
