@@ -617,3 +617,101 @@ def test_methods_take_pyflink_s_keyword_argument_names():
     sink = StreamingFileSink.for_row_format("/tmp/unused", Encoder.simple_string_encoder()) \
         .with_rolling_policy(policy=RollingPolicy.on_checkpoint_rolling_policy()).build()
     assert type(sink.rolling_policy).__name__ == "OnCheckpointRollingPolicy"
+
+
+JOB_FILE_CLASSES = '''
+from collections import namedtuple
+from dataclasses import dataclass
+
+from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from keyspan.datastream.state import ValueStateDescriptor
+
+
+@dataclass
+class Event:
+    key: str
+    n: int
+
+
+@dataclass
+class Tally:
+    count: int = 0
+    total: int = 0
+
+
+Pair = namedtuple("Pair", "key total")
+
+
+class Count(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.tally = runtime_context.get_state(ValueStateDescriptor("tally"))
+
+    def process_element(self, event, ctx):
+        tally = self.tally.value() or Tally()
+        tally.count += 1
+        tally.total += event.n
+        self.tally.update(tally)
+        yield Pair(event.key, tally.total)
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+events = env.from_collection([Event(*t) for t in EVENTS]).uid("events")
+events.key_by(lambda e: e.key).process(Count()).uid("count").rebalance().map(repr).print()
+env.execute("job-classes")
+'''
+
+
+def test_classes_of_the_job_file_travel_as_records_and_in_state(tmp_path):
+    """Checked side by side on PyFlink 2.3, which pickles records and state with cloudpickle: objects of
+    classes the job file defines cross exchanges and live in state. A restore whose job no longer
+    defines a class its state holds names the class and what to do, and loses nothing."""
+    def run(events: list, *flags: str, rename: bool = False) -> subprocess.CompletedProcess:
+        source = JOB_FILE_CLASSES.replace("EVENTS", repr(events))
+        if rename:
+            source = source.replace("class Tally:", "class Totals:").replace("Tally()", "Totals()")
+        job = tmp_path / "job.py"
+        job.write_text(source)
+        return subprocess.run([sys.executable, "-m", "keyspan", "run", str(job), "--workdir", str(tmp_path / "w"),
+                               "--no-progress", *flags], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    def printed(done) -> list[str]:
+        return sorted(line.split("> ", 1)[-1] for line in done.stdout.splitlines() if "Pair(" in line)
+
+    first = run([("a", 1), ("b", 2), ("a", 3)], "--fresh")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert printed(first) == ["Pair(key='a', total=1)", "Pair(key='a', total=4)", "Pair(key='b', total=2)"]
+    checkpoint = sorted((tmp_path / "w" / "checkpoints" / "job-classes").glob("chk-*"))[-1].as_uri()
+
+    renamed = run([("a", 1), ("b", 2), ("a", 3), ("a", 10)], "-s", checkpoint, rename=True)
+    assert renamed.returncode == 1
+    assert ("holds objects of class Tally of the job file, which is not defined here: define it again"
+            in renamed.stderr), renamed.stderr[-3000:]
+    assert "Traceback" not in renamed.stderr
+
+    # restoring moved the job's earlier checkpoints aside, the first run's among them
+    (kept,) = (tmp_path / "w" / "checkpoints").glob("job-classes.before-*/chk-*")
+    again = run([("a", 1), ("b", 2), ("a", 3), ("a", 10)], "-s", kept.as_uri())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert printed(again) == ["Pair(key='a', total=14)"]
+
+    # a program that defines the class reads the state with the State Processor API (in Spark tasks)
+    store, checkpoints = f"sqlite:///{tmp_path / 'w' / 'keyspan.db'}", (tmp_path / "w" / "checkpoints").as_uri()
+    reader = tmp_path / "read.py"
+    reader.write_text(textwrap.dedent(f"""
+        from dataclasses import dataclass
+        from keyspan.runtime.session import get_or_create_spark
+        from keyspan.state_processor import SavepointReader, decode
+
+        @dataclass
+        class Tally:
+            count: int = 0
+            total: int = 0
+
+        reader = SavepointReader.read_checkpoint(get_or_create_spark(2, None), {store!r}, {checkpoints!r},
+                                                 "job-classes")
+        print(sorted((r["key"], decode(r["value"])) for r in reader.read_keyed_state("count", state="tally").collect()))
+    """))
+    read = subprocess.run([sys.executable, str(reader)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert read.stdout.strip().splitlines()[-1] == "[('a', Tally(count=3, total=14)), ('b', Tally(count=1, total=2))]"

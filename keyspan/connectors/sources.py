@@ -11,7 +11,6 @@ import base64
 import hashlib
 from typing import Iterator, NamedTuple
 
-import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -185,7 +184,7 @@ def _load_cached(storage: Storage, path: str) -> list:
     key = storage.url(path)
     data = _LOADED.get(key)
     if data is None:
-        data = _LOADED[key] = serde.loads(storage.read(path))
+        data = _LOADED[key] = serde.loads_code(storage.read(path))
     return data
 
 
@@ -208,7 +207,7 @@ class CollectionSource(KeyspanSource):
         return {**self.__dict__, "_pickled": None}
 
     def pickled(self) -> bytes:
-        """The collection as stored: fingerprinted, sized and written from one pickling."""
+        """The collection pickled, as fingerprinted and sized (classes by name, so the same each run)."""
         if self._pickled is None:
             self._pickled = serde.dumps(self.collection)
         return self._pickled
@@ -222,8 +221,8 @@ class CollectionSource(KeyspanSource):
     def reader(self, storage, uid, name):
         data = self.pickled()
         path = f"sources/{uid}-{hashlib.sha256(data).hexdigest()[:16]}.pkl"
-        if not storage.exists(path):
-            storage.write(path, data)
+        if not storage.exists(path):  # the job file's classes by value, as its functions travel
+            storage.write(path, serde.dumps_function(self.collection) if b"__main__" in data else data)
         return CollectionReader(storage, path, len(self.collection))
 
 
@@ -265,11 +264,11 @@ class SparkSource:
 
 def encode_reader(reader: SourceReader) -> str:
     serde.ship_user_modules_within(reader)
-    return base64.b64encode(cloudpickle.dumps(reader)).decode()
+    return base64.b64encode(serde.dumps_function(reader)).decode()
 
 
 def _decode_reader(options) -> SourceReader:
-    return cloudpickle.loads(base64.b64decode(options["reader"]))
+    return serde.loads_code(base64.b64decode(options["reader"]))
 
 
 class KeyspanDataSource(DataSource):

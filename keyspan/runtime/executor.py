@@ -1203,7 +1203,8 @@ def _summary(exc: BaseException, memory_hint=None) -> str:
     crash = re.search(r"Python worker exited unexpectedly \(crashed\)[^\n]*", text)
     if crash:  # the OS (or a memory cap) killed a worker: no Python error line says so
         why = "A worker that is killed mid-task most often ran out of memory"
-        hint = memory_hint() if memory_hint else "see the worker memory settings, or use EmbeddedRocksDBStateBackend for large state"
+        hint = (memory_hint() if memory_hint else
+                "see the worker memory settings, or use EmbeddedRocksDBStateBackend for large state")
         return f"{_sentence(crash.group(0).strip())} {why}: {hint}"[:800]
     errors = [line.strip() for line in text.splitlines()
               if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)", line)

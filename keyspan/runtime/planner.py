@@ -101,6 +101,7 @@ class StagePlan:
     key_fields: list[str] | None = None  # typed_keyed: the key columns, hashed in the JVM and read as the key
     timestamp_field: str | None = None  # typed_keyed: the column the pushed-down timestamp assigner read
     timestamp_origin: str | None = None  # ... and that assigner's uid: the watermark origin this stage reports for
+    job_classes: tuple = ()  # the job file's classes any stage uses: workers put them in __main__ (serde.loads_code)
     code: str = ""  # the digest of the pickled plan, set where it is loaded (``stage_plan``): cached operator
     # instances built from other code (a job changed and run again in the same process) are not reused
 
@@ -126,12 +127,17 @@ class PhysicalPlan:
     task_sinks: dict[str, Any]
     operators: list[dict]  # uid, name, kind, generated — recorded in every checkpoint
     origins: dict[str, dict] = field(default_factory=dict)  # watermark origin uid → bound, idleness, splits, sources
+    job_classes: tuple | None = None  # the job file's classes its code uses (serde.main_classes), found once
 
     def stage(self, stage_id: int) -> Stage:
         return self.stages[stage_id]
 
     def digest(self, stage_id: int) -> tuple[bytes, str]:
         plan = self.stages[stage_id].plan
+        if self.job_classes is None:  # every stage's plan carries them: a record of one reaches the others
+            self.job_classes = tuple(serde.main_classes([[s.plan for s in self.stages],
+                                                         [t.spec for t in self.sources]]).values())
+        plan.job_classes = self.job_classes
         serde.ship_user_modules([f for o in plan.ops for f in _user_objects(o.function)])
         # a guarded key selector's function, a sink's bucket assigner, a strategy's timestamp
         # assigner: user code held by keyspan's objects ships too

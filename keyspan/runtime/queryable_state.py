@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from keyspan.checkpoint.reader import key_group_state
+from keyspan.io import serde
 from keyspan.state.keygroups import assign_to_key_group
 from keyspan.state.ttl import unstamp
 
@@ -40,7 +41,16 @@ def query(storage, checkpoint: dict, job_id: str, uid: str, state: str, key_text
     kind = described[state]["kind"]
     for key in key_candidates(key_text):
         kg = assign_to_key_group(key, checkpoint["max_parallelism"])
-        table = key_group_state(storage, checkpoint["manifest"][uid], kg).get(state, {})
+        try:
+            table = key_group_state(storage, checkpoint["manifest"][uid], kg).get(state, {})
+        except (AttributeError, ImportError) as exc:
+            needs = serde.missing_code(exc)
+            if needs is None:
+                raise
+            raise StateQueryError(
+                f"key group {kg} of operator '{uid}' in checkpoint {checkpoint['epoch']} holds {needs}: ask the "
+                "job while it runs (it has its classes), or read the checkpoint in Python where they are defined "
+                "(keyspan.state_processor.SavepointReader.read_checkpoint)") from exc
         if key in table:
             return {"uid": uid, "state": state, "kind": kind, "key": key, "key_group": kg,
                     "epoch": checkpoint["epoch"], "value": unstamp(kind, table[key])}

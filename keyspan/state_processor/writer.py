@@ -119,7 +119,7 @@ class StateBootstrapTransformation:
 
                 task = TaskContext.get().partitionId()
                 values = (T.record(r) for b in batches for r in b.to_pylist())
-                function = serde.loads(shipped)[0]
+                function = serde.loads_code(shipped)[0]
                 handle = T.bootstrap_operator_state(target, uid, epoch, task, parallelism, function, values, broadcast)
                 yield pa.RecordBatch.from_pylist([{"handle": json.dumps(handle)}])
 
@@ -128,7 +128,7 @@ class StateBootstrapTransformation:
 
         write = T.KeyedWrite(target, uid, max_parallelism, _default_tasks(spark, max_parallelism), epoch)
         def route(batches):
-            selector = serde.loads(shipped)[1]
+            selector = serde.loads_code(shipped)[1]
             for b in batches:
                 rows = [T.record(r) for r in b.to_pylist()]
                 keys = [selector(r) for r in rows]
@@ -145,7 +145,7 @@ class StateBootstrapTransformation:
             records = ((kg, serde.loads(k), serde.loads(v)) for b in batches
                        for kg, k, v in zip(b.column("_ks_kg").to_pylist(), b.column("_ks_key").to_pylist(),
                                            b.column("_ks_value").to_pylist()))
-            handle, states = write.bootstrap(task, serde.loads(shipped)[0], records)
+            handle, states = write.bootstrap(task, serde.loads_code(shipped)[0], records)
             yield pa.RecordBatch.from_pylist([{"handle": json.dumps({"handle": handle, "states": states})}])
 
         routed = df.mapInArrow(route, _ROUTED).repartitionById(write.tasks, "_ks_task")
@@ -268,8 +268,10 @@ class SavepointWriter:
         transforms = self._transforms.get(uid, [])
         replaced = {state for state, _, _ in transforms}
         schema = _ENTRIES_ARROW
+        classes = serde.main_module_classes()  # a state's objects may be of classes this program defines
 
         def read_entries(batches):
+            serde.adopt_main_classes(classes)
             for batch in batches:
                 for task in batch.column(0).to_pylist():
                     rows = []
@@ -296,6 +298,7 @@ class SavepointWriter:
         def write_task(batches):
             from pyspark import TaskContext
 
+            serde.adopt_main_classes(classes)
             task = TaskContext.get().partitionId()
             handle = write.rewrite(task, _assembled(batches))
             yield pa.RecordBatch.from_pylist([{"handle": json.dumps(handle)}])

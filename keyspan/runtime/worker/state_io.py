@@ -9,6 +9,7 @@ import pickle
 from keyspan.checkpoint import statefile
 from keyspan.checkpoint.handles import DELTA, FULL, OPERATOR, StateHandle, state_file_name
 from keyspan.checkpoint.manifest import compaction_base, full_snapshot_due, restore_order
+from keyspan.io import serde
 from keyspan.state import operator as operator_state
 
 
@@ -28,11 +29,27 @@ def apply_keyed(backend, files: list[StateHandle], key_groups: range, storage, w
                 del payload  # not held while the next key group is read
         except statefile.CorruptStateFile:
             raise
+        except (AttributeError, ImportError) as exc:  # a class or module the state's objects need may be gone
+            missing = _missing_code(exc, h)
+            if missing is None:
+                raise
+            raise missing from exc
         except (pickle.UnpicklingError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError) as exc:
             raise statefile.CorruptStateFile(
                 f"state file {h['path']} of operator '{h['uid']}' (epoch {h['epoch']}) cannot be decoded: "
                 f"{type(exc).__name__}: {exc}") from exc
     return stats.bytes_read
+
+
+def _missing_code(exc: Exception, h: StateHandle) -> Exception | None:
+    """When a state file's objects need a class or module this program lacks: which, and what to do."""
+    needs = serde.missing_code(exc)
+    if needs is None:
+        return None
+    return serde.StateSerializationError(
+        f"state file {h['path']} of operator '{h['uid']}' (epoch {h['epoch']}) holds {needs}: define it again "
+        "as it was when the state was written (under its old name: an alias to a renamed class works if its "
+        "fields are the same), then run the job again. Nothing was lost: the checkpoint is unchanged")
 
 
 def load_operator_snapshots(storage, handles: list[StateHandle],
@@ -45,7 +62,13 @@ def load_operator_snapshots(storage, handles: list[StateHandle],
     snapshots = [operator_state.empty_snapshot() for _ in range(old_parallelism)]
     for h in handles:
         if h["parallelism"] == old_parallelism:
-            snapshots[h["subtask"]] = operator_state.decode(statefile.read_section(storage, h["path"], stats))
+            try:
+                snapshots[h["subtask"]] = operator_state.decode(statefile.read_section(storage, h["path"], stats))
+            except (AttributeError, ImportError) as exc:
+                missing = _missing_code(exc, h)
+                if missing is None:
+                    raise
+                raise missing from exc
     return snapshots
 
 

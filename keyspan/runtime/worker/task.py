@@ -119,7 +119,7 @@ def stage_plan(plan_bytes: bytes, digest: str) -> StagePlan:
     """A stage's plan, unpickled once per process."""
     plan = _PLANS.get(digest)
     if plan is None:
-        plan = _PLANS[digest] = serde.loads(plan_bytes)
+        plan = _PLANS[digest] = serde.loads_code(plan_bytes)
         plan.code = digest
     return plan
 
@@ -129,7 +129,7 @@ def source_reader(reader_bytes: bytes):
     of the driver's reader, never the driver's reader itself."""
     reader = _READERS.get(reader_bytes)
     if reader is None:
-        reader = _READERS[reader_bytes] = serde.loads(reader_bytes)
+        reader = _READERS[reader_bytes] = serde.loads_code(reader_bytes)
     return reader
 
 
