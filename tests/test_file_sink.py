@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import posixpath
+import signal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -361,8 +362,9 @@ def test_bucketed_rolling_sink_is_exactly_once_after_sigkill(tmp_path, spark):
 
 @pytest.mark.timeout(1800)
 def test_compacting_sink_is_exactly_once_after_sigkill(tmp_path, spark):
-    """A compacting FileSink killed at random points (while epochs run, commit or compact) ends with
-    the same compacted files as a run without failures, and no record is ever visible twice."""
+    """A compacting FileSink killed right after a commit published its files and before it compacted
+    them, then at random points (while epochs run, commit or compact), ends with the same compacted
+    files as a run without failures, and no record is ever visible twice."""
     run_here(BUCKETED_JOB, tmp_path / "clean", _bucketed_env(tmp_path / "clean-out", 4))
     reference = _visible_lines(tmp_path / "clean-out")
     assert all(posixpath.basename(p).startswith("compacted-counts-") for p in reference)
@@ -376,6 +378,11 @@ def test_compacting_sink_is_exactly_once_after_sigkill(tmp_path, spark):
         lines = [line for lines in _visible_lines(out).values() for line in lines]
         assert len(lines) == len(set(lines)), f"seed {seed}"
 
+    # epoch 3 is the first whose commit compacts (files since epoch 0, every 4 checkpoints)
+    killed = start_job(BUCKETED_JOB, work, {**_bucketed_env(out, 4), "BUCKETED_JOB_KILL_BEFORE_COMPACTING": "3"})
+    killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL and committed_epoch(work) == 3
+    never_visible_twice()
     run_with_kills(lambda: _run_bucketed(work, out, compact_every=4), work, 2, seed, jitter_s=0.5, wait_s=180,
                    finish_timeout=600, after_kill=never_visible_twice, max_runs=8)
     assert _visible_lines(out) == reference

@@ -260,6 +260,13 @@ class CheckpointCoordinator:
             step(sink)
 
     def publish_pending(self) -> None:
-        """Output of checkpoints that committed just before a crash is published on restart."""
+        """Output of checkpoints that committed just before a crash is published on restart, and
+        compacted as their commit would have compacted it. The newest checkpoint's compaction runs
+        again too: a crash may have come between its publication and its compaction, and a later
+        commit would otherwise join files of more epochs than a run without the crash (running it
+        twice changes nothing: its buckets either fired and are empty, or do not fire)."""
         for checkpoint in self.store.unpublished_checkpoints(self.job_id):
             self.publish(checkpoint)
+            self._compact(lambda sink: sink.checkpoint_committed(checkpoint["epoch"]))
+        if self.committed is not None:
+            self._compact(lambda sink: sink.checkpoint_committed(self.committed["epoch"]))

@@ -3,10 +3,15 @@ written to one bucket per key class, part files rolled by size, several epochs.
 
 Every line depends only on how many records of its key came before it, so the lines of one
 (bucket, epoch, subtask) are the same in every failure-free run. With BUCKETED_JOB_COMPACT=N the
-sink joins each bucket's part files every N checkpoints (enable_compact)."""
+sink joins each bucket's part files every N checkpoints (enable_compact). With
+BUCKETED_JOB_KILL_BEFORE_COMPACTING=E the driver SIGKILLs itself once (a marker file next to the
+output remembers it) after epoch E committed and published, before its compaction: the moment a
+randomly timed kill rarely hits."""
 
 import json
 import os
+import signal
+from pathlib import Path
 
 from keyspan.common import Encoder, WatermarkStrategy
 from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
@@ -32,6 +37,18 @@ class ByKeyClass(BucketAssigner):
     def get_bucket_id(self, element, context):
         return f"class={json.loads(element)['key'] % 3}"
 
+
+if os.environ.get("BUCKETED_JOB_KILL_BEFORE_COMPACTING"):
+    kill_epoch, marker = int(os.environ["BUCKETED_JOB_KILL_BEFORE_COMPACTING"]), Path(OUTPUT + ".killed")
+    compact = FileSink.checkpoint_committed
+
+    def kill_before_compacting(sink, epoch):
+        if epoch == kill_epoch and not marker.exists():
+            marker.touch()
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # the driver with its JVM, as a crash takes both
+        compact(sink, epoch)
+
+    FileSink.checkpoint_committed = kill_before_compacting
 
 env = StreamExecutionEnvironment.get_execution_environment()
 env.set_parallelism(2)
