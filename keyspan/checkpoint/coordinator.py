@@ -265,8 +265,10 @@ class CheckpointCoordinator:
         again too: a crash may have come between its publication and its compaction, and a later
         commit would otherwise join files of more epochs than a run without the crash (running it
         twice changes nothing: its buckets either fired and are empty, or do not fire)."""
+        compacted = None
         for checkpoint in self.store.unpublished_checkpoints(self.job_id):
             self.publish(checkpoint)
-            self._compact(lambda sink: sink.checkpoint_committed(checkpoint["epoch"]))
-        if self.committed is not None:
+            compacted = checkpoint["epoch"]
+            self._compact(lambda sink: sink.checkpoint_committed(compacted))
+        if self.committed is not None and self.committed["epoch"] != compacted:
             self._compact(lambda sink: sink.checkpoint_committed(self.committed["epoch"]))

@@ -74,14 +74,14 @@ class SavepointReader:
         n = tasks or plans.read_tasks(self.metadata, uid)
         scan = T.Scan(self.storage_uri, uid, plans.keyed_handles(self.metadata, uid), self.max_parallelism, n)
         accumulator = self.bytes_read
-        classes = serde.main_module_classes()
+        classes = serde.main_module_classes()  # the function's and the state's, adopted once per Spark task
 
         def run(batches):
             serde.adopt_main_classes(classes)
             for batch in batches:
                 for task in batch.column(0).to_pylist():
                     stats = T.statefile.ReadStats()
-                    yield from T.read_with_function(scan, task, serde.loads_code(shipped), schema, stats)
+                    yield from T.read_with_function(scan, task, serde.loads(shipped), schema, stats)
                     accumulator.add({task: stats.bytes_read})
 
         return self._tasks(n).mapInArrow(run, spark_schema)

@@ -30,10 +30,8 @@ def apply_keyed(backend, files: list[StateHandle], key_groups: range, storage, w
         except statefile.CorruptStateFile:
             raise
         except (AttributeError, ImportError) as exc:  # a class or module the state's objects need may be gone
-            missing = _missing_code(exc, h)
-            if missing is None:
-                raise
-            raise missing from exc
+            _name_missing_code(exc, h)
+            raise
         except (pickle.UnpicklingError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError) as exc:
             raise statefile.CorruptStateFile(
                 f"state file {h['path']} of operator '{h['uid']}' (epoch {h['epoch']}) cannot be decoded: "
@@ -41,15 +39,15 @@ def apply_keyed(backend, files: list[StateHandle], key_groups: range, storage, w
     return stats.bytes_read
 
 
-def _missing_code(exc: Exception, h: StateHandle) -> Exception | None:
-    """When a state file's objects need a class or module this program lacks: which, and what to do."""
+def _name_missing_code(exc: Exception, h: StateHandle) -> None:
+    """When a state file's objects need a class or module this program lacks, raises what is missing
+    and what to do; returns otherwise."""
     needs = serde.missing_code(exc)
-    if needs is None:
-        return None
-    return serde.StateSerializationError(
-        f"state file {h['path']} of operator '{h['uid']}' (epoch {h['epoch']}) holds {needs}: define it again "
-        "as it was when the state was written (under its old name: an alias to a renamed class works if its "
-        "fields are the same), then run the job again. Nothing was lost: the checkpoint is unchanged")
+    if needs is not None:
+        raise serde.StateSerializationError(
+            f"state file {h['path']} of operator '{h['uid']}' (epoch {h['epoch']}) holds {needs}: define it again "
+            "as it was when the state was written (under its old name: an alias to a renamed class works if its "
+            "fields are the same), then run the job again. Nothing was lost: the checkpoint is unchanged") from exc
 
 
 def load_operator_snapshots(storage, handles: list[StateHandle],
@@ -65,10 +63,8 @@ def load_operator_snapshots(storage, handles: list[StateHandle],
             try:
                 snapshots[h["subtask"]] = operator_state.decode(statefile.read_section(storage, h["path"], stats))
             except (AttributeError, ImportError) as exc:
-                missing = _missing_code(exc, h)
-                if missing is None:
-                    raise
-                raise missing from exc
+                _name_missing_code(exc, h)
+                raise
     return snapshots
 
 
