@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 
 import pytest
 
 from keyspan.common import Instant, Row, RowKind, Types
+from keyspan.common.serialization import Encoder
 from keyspan.datastream import (
     FilterFunction,
     FlatMapFunction,
@@ -16,6 +18,7 @@ from keyspan.datastream import (
     ProcessFunction,
     ReduceFunction,
 )
+from keyspan.datastream.connectors import FileSink
 from keyspan.datastream.state import ValueStateDescriptor
 from keyspan.runtime.executor import JobExecutionError
 from keyspan.state.keygroups import assign_to_key_group, compute_operator_index_for_key_group
@@ -484,6 +487,29 @@ def test_print_sink_with_parallelism_one_has_no_prefix(env, capsys):
     env.from_collection([1, 2, 3, 4]).map(lambda x: x * 10).print().set_parallelism(1)
     env.execute("print-p1")
     assert sorted(capsys.readouterr().out.splitlines()) == ["10", "20", "30", "40"]
+
+
+def test_a_sink_runs_at_the_job_s_parallelism_not_its_input_s(env, capsys, tmp_path):
+    """As Flink's ``sinkTo``/``addSink``: a sink left at the default runs at the job's parallelism
+    whatever its input's, reading it round-robin; so does a sink that writes from the tasks."""
+    env.set_parallelism(1)
+    env.from_collection([1, 2, 3, 4]).map(lambda x: x * 10).set_parallelism(2).print()
+    env.execute("print-after-p2")
+    assert sorted(capsys.readouterr().out.splitlines()) == ["10", "20", "30", "40"]
+
+    env.set_parallelism(2)
+    narrowed = env.from_collection(list(range(8))).map(lambda x: x + 100).set_parallelism(1)
+    narrowed.print("m")
+    narrowed.sink_to(FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder()).build())
+    env.execute("print-after-p1")
+    printed = [line.split("> ") for line in capsys.readouterr().out.splitlines()]
+    assert sorted(int(v) for _, v in printed) == list(range(100, 108))
+    assert Counter(prefix for prefix, _ in printed) == {"m:1": 4, "m:2": 4}
+    written = {}
+    for part in (tmp_path / "out").rglob("part-*"):
+        subtask = int(part.name.split("-")[2])  # part-<uuid>-<subtask>-<counter>
+        written.setdefault(subtask, []).extend(part.read_text().splitlines())
+    assert sorted(written) == [0, 1] and sorted(v for vs in written.values() for v in vs) == [str(v) for v in range(100, 108)]
 
 
 

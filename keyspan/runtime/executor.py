@@ -1142,8 +1142,8 @@ class JobRunner:
             sink_index, records = serde.loads(payload)
             by_sink.setdefault(sink_index, {}).setdefault(subtask, []).extend(records)
         for sink_index, records_by_subtask in by_sink.items():
-            sink, parallelism = self.plan.driver_sinks[sink_index]
-            sink.deliver(records_by_subtask, parallelism)
+            spec = self.plan.driver_sinks[sink_index]
+            spec.sink.deliver(spec.by_sink_subtask(records_by_subtask), spec.parallelism)
 
 
 def _expected_reports(plan) -> list[tuple[int, int]]:

@@ -120,10 +120,33 @@ class Stage:
 
 
 @dataclass
+class DriverSinkSpec:
+    """A sink whose records the driver delivers after their epoch commits, and the parallelism it
+    runs at: the job's (as Flink's sinks), not necessarily that of the stage whose tasks send them."""
+
+    sink: Any
+    parallelism: int
+    stage_parallelism: int
+
+    def by_sink_subtask(self, records_by_subtask: dict[int, list]) -> dict[int, list]:
+        """The records per sink subtask: as the stage's subtasks sent them when the parallelisms
+        match (Flink chains them), else each sending subtask's records round-robin from its own index
+        (Flink's rebalance, whose start is random)."""
+        n = self.parallelism
+        if n == self.stage_parallelism:
+            return records_by_subtask
+        out: dict[int, list] = {}
+        for subtask in sorted(records_by_subtask):
+            for i, record in enumerate(records_by_subtask[subtask], subtask):
+                out.setdefault(i % n, []).append(record)
+        return out
+
+
+@dataclass
 class PhysicalPlan:
     stages: list[Stage]
     sources: list[Transformation]
-    driver_sinks: list[tuple[Any, int]]  # (sink, parallelism of the stage it runs in)
+    driver_sinks: list[DriverSinkSpec]
     task_sinks: dict[str, Any]
     operators: list[dict]  # uid, name, kind, generated — recorded in every checkpoint
     origins: dict[str, dict] = field(default_factory=dict)  # watermark origin uid → bound, idleness, splits, sources
@@ -296,9 +319,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             return decided[t.id]
         if t.parallelism:
             return t.parallelism
-        if t.kind == OperatorKind.SINK and t.inputs and len(physical_inputs(t)) == 1:
-            return parallelism(physical_inputs(t)[0])
-        return default_parallelism
+        return default_parallelism  # a sink too: Flink's sinkTo/addSink take the job's, not their input's
 
     def physical_inputs(t: Transformation) -> list[Transformation]:
         out = []
@@ -340,8 +361,11 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         ins = physical_inputs(t)
         if len(t.inputs) == 1 and t.inputs[0].kind == OperatorKind.PARTITION and not forwarded(t):
             return False  # rebalance(), shuffle(), broadcast(), partition_custom(): an exchange
+        # a driver sink's subtasks are only which records it prints under which subtask: the driver
+        # spreads them over its parallelism (``DriverSinkSpec``), no exchange needed
+        driver_sink = t.kind == OperatorKind.SINK and not t.spec.runs_in_task
         if (keyed(t) or len(ins) != 1 or len(t.inputs) != 1 or t.inputs[0].kind == OperatorKind.UNION
-                or parallelism(t) != parallelism(ins[0])):
+                or (parallelism(t) != parallelism(ins[0]) and not driver_sink)):
             return False
         if not chaining or t.chaining != "always" or ins[0].chaining == "never":
             return False
@@ -386,7 +410,7 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             else:
                 op.kind = OperatorKind.DRIVER_SINK
                 op.driver_sink_index = len(driver_sinks)
-                driver_sinks.append((t.spec, stage.plan.parallelism))
+                driver_sinks.append(DriverSinkSpec(t.spec, parallelism(t), stage.plan.parallelism))
         stage.plan.ops.append(op)
         stage_of[t.id] = stage.plan.stage_id
         op_index[t.id] = op.index
@@ -489,8 +513,6 @@ def _decided_parallelism(transformations, adaptive: AdaptiveBatch, default_paral
             return t.parallelism
         if t.kind == OperatorKind.SOURCE and getattr(t.spec, "non_parallel", False):
             return 1
-        if t.kind == OperatorKind.SINK and t.inputs and len(physical_inputs(t)) == 1:
-            return configured_parallelism(physical_inputs(t)[0])
         return default_parallelism
 
     group = {t.id: t.id for t in transformations}
