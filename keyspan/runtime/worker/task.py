@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from keyspan.checkpoint.handles import TaskReport
 from keyspan.common import garbage
-from keyspan.common.clock import LONG_MAX, wall_clock_ms
+from keyspan.common.clock import LONG_MAX, LONG_MIN, wall_clock_ms
 from keyspan.common.types import named_row_class, packed_rows
 from keyspan.connectors.sources import SplitChunk
 from keyspan.datastream.functions import TimeDomain
@@ -105,6 +105,22 @@ def _joined(batches, rows: int):
             pending, count = [], 0
     if pending:
         yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+
+
+def _in_timestamp_order(chunks: list):
+    """Chunks of a keyed stage's input (key groups, keys, records, timestamps, input side) as chunks of
+    at most FLUSH_RECORDS records in timestamp order: a record without one first (Flink's
+    ``Long.MIN_VALUE``), ties in the order they came."""
+    rows = [(kg, key, r, ts, side) for kgs, keys, records, stamps, side in chunks
+            for kg, key, r, ts in zip(kgs, keys, records, stamps or itertools.repeat(None))]
+    chunks.clear()
+    if any(row[3] is not None for row in rows):
+        rows.sort(key=lambda row: LONG_MIN if row[3] is None else row[3])
+    for side, run in itertools.groupby(rows, key=lambda row: row[4]):
+        run = list(run)
+        for i in range(0, len(run), FLUSH_RECORDS):
+            kgs, keys, records, stamps, _ = map(list, zip(*run[i:i + FLUSH_RECORDS]))
+            yield kgs, keys, records, None if all(t is None for t in stamps) else stamps, side
 
 
 def no_rows(batches):
@@ -243,6 +259,15 @@ class StageTask(OperatorChain):
                     e(r)
                 return run
             entry = [reset_timestamp(e) for e in entry]
+        keyed = partial(self._keyed, single, batch_entry, prefetch)
+        # BATCH mode: as Flink's sorted inputs, a key's records reach its operator in timestamp order,
+        # so the task holds its input back (as chunks) and processes it once it has all of it
+        held = [] if self.ctx.time.batch and plan.keyed and fmt != InputFormat.CHUNKS else None
+        if held is not None:
+            process_keyed, columns_entry = keyed, None
+
+            def keyed(kgs, keys, records, stamps, side=0):
+                held.append((kgs, keys, records, stamps, side))
         for batch in batches:
             began = time.perf_counter()
             if fmt == InputFormat.CHUNKS:  # a chunk of records the task read from its source partition
@@ -270,7 +295,7 @@ class StageTask(OperatorChain):
                         e(r)
             elif fmt == InputFormat.TYPED_KEYED:
                 if columns_entry is None or not self._columns(columns_entry, batch, row_cls):
-                    self._typed_keyed(batch, make_row, key_at, single, batch_entry, prefetch)
+                    self._typed_keyed(batch, make_row, key_at, keyed)
             else:  # an exchange
                 ctl = batch.column(2).to_pylist()
                 payloads = batch.column(3).to_pylist()
@@ -290,17 +315,7 @@ class StageTask(OperatorChain):
                             for r, cell[0] in zip(records, stamps):
                                 process_broadcast(r)
                     elif plan.keyed:
-                        if prefetch is not None:
-                            prefetch(kgs, keys)
-                        process = self.second_entry if side else single
-                        if batch_entry is not None and not side:
-                            batch_entry(kgs, keys, records, stamps)
-                        elif stamps is None:
-                            for kg, key, r in zip(kgs, keys, records):
-                                process(r, key, kg)
-                        else:
-                            for kg, key, r, cell[0] in zip(kgs, keys, records, stamps):
-                                process(r, key, kg)
+                        keyed(kgs, keys, records, stamps, side)
                     else:
                         targets = (self.second_entry,) if side else entry
                         for i, r in enumerate(records):
@@ -314,8 +329,37 @@ class StageTask(OperatorChain):
                 out = self._take_batch()
                 if out is not None:
                     yield out
+        if held:
+            for chunk in _in_timestamp_order(held):
+                began = time.perf_counter()
+                process_keyed(*chunk)
+                self.busy_s += time.perf_counter() - began
+                if self._buffered() >= FLUSH_RECORDS:
+                    self._flush_exits()
+                    out = self._take_batch()
+                    if out is not None:
+                        yield out
 
-    def _typed_keyed(self, batch, make_row, key_at, single, batch_entry, prefetch):
+    def _keyed(self, single, batch_entry, prefetch, kgs, keys, records, stamps, side=0):
+        """Records of a keyed stage (their key groups, keys and timestamps alongside) to its operator:
+        the chunk at once to a columnar one, else record by record (``side`` 1: a two-input operator's
+        second input)."""
+        if prefetch is not None:
+            prefetch(kgs, keys)
+        if batch_entry is not None and not side:
+            batch_entry(kgs, keys, records, stamps)
+            return
+        process = self.second_entry if side else single
+        if stamps is None:
+            for kg, key, r in zip(kgs, keys, records):
+                process(r, key, kg)
+        else:
+            cell = self.ts_cell
+            for kg, key, r, cell[0] in zip(kgs, keys, records, stamps):
+                process(r, key, kg)
+            cell[0] = None
+
+    def _typed_keyed(self, batch, make_row, key_at, keyed):
         """A chunk of a Spark source keyed in the JVM, record by record (or as a list, to a columnar operator)."""
         names = batch.schema.names
         kg_col = batch.column(names.index("_ks_kg")).to_pylist()
@@ -333,18 +377,7 @@ class StageTask(OperatorChain):
         self.records_in += len(records)
         if stamps is not None:
             self._stamped(max((t for t in stamps if t is not None), default=None))
-        if prefetch is not None:
-            prefetch(kg_col, key_col)
-        if batch_entry is not None:
-            batch_entry(kg_col, key_col, records, stamps)
-        elif stamps is None:
-            for kg, key, r in zip(kg_col, key_col, records):
-                single(r, key, kg)
-        else:
-            cell = self.ts_cell
-            for kg, key, r, cell[0] in zip(kg_col, key_col, records, stamps):
-                single(r, key, kg)
-            cell[0] = None
+        keyed(kg_col, key_col, records, stamps)
 
     def _columns(self, columns_entry, batch, row_cls) -> bool:
         """The same chunk as Arrow columns to the operator's ``process_columns``; False if it declined."""
