@@ -205,6 +205,14 @@ class StageTask(OperatorChain):
     def _buffered(self) -> int:
         return sum(e.buffered for e in self.exits.values())
 
+    def _full_batch(self):
+        """The exits' rows once they buffer FLUSH_RECORDS records (else None), so that a task's output
+        leaves while it runs."""
+        if self._buffered() < FLUSH_RECORDS:
+            return None
+        self._flush_exits()
+        return self._take_batch()
+
     def _flush_exits(self):
         self.records_out += self._buffered()
         for exit_id, ex in self.exits.items():
@@ -324,21 +332,17 @@ class StageTask(OperatorChain):
                             for e in targets:
                                 e(r)
             self.busy_s += time.perf_counter() - began
-            if self._buffered() >= FLUSH_RECORDS:
-                self._flush_exits()
-                out = self._take_batch()
-                if out is not None:
-                    yield out
+            out = self._full_batch()
+            if out is not None:
+                yield out
         if held:
             for chunk in _in_timestamp_order(held):
                 began = time.perf_counter()
                 process_keyed(*chunk)
                 self.busy_s += time.perf_counter() - began
-                if self._buffered() >= FLUSH_RECORDS:
-                    self._flush_exits()
-                    out = self._take_batch()
-                    if out is not None:
-                        yield out
+                out = self._full_batch()
+                if out is not None:
+                    yield out
 
     def _keyed(self, single, batch_entry, prefetch, kgs, keys, records, stamps, side=0):
         """Records of a keyed stage (their key groups, keys and timestamps alongside) to its operator:
