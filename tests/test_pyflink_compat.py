@@ -596,6 +596,28 @@ def test_type_information_classes_are_those_types_builds():
         assert type(array) is cls and isinstance(array, ListTypeInfo) and array.element_type == Types.INT()
 
 
+def test_types_print_and_compare_as_pyflink_s_while_savepoints_keep_keyspan_s_names():
+    """The reprs are PyFlink 2.3's (read from its ``typeinfo.py``); a savepoint keeps recording ``LONG``."""
+    from keyspan.datastream.state import ListStateDescriptor
+
+    printed = [(Types.STRING(), "String"), (Types.INT(), "Integer"), (Types.LONG(), "Long"),
+               (Types.BIG_INT(), "BigInteger"), (Types.BIG_DEC(), "BigDecimal"), (Types.INSTANT(), "Instant"),
+               (Types.SQL_DATE(), "DateTypeInfo"), (Types.SQL_TIMESTAMP(), "TimestampTypeInfo"),
+               (Types.PICKLED_BYTE_ARRAY(), "PickledByteArrayTypeInfo"),
+               (Types.ROW([Types.INT(), Types.STRING()]), "RowTypeInfo(Integer, String)"),
+               (Types.ROW_NAMED(["a", "b"], [Types.INT(), Types.STRING()]), "RowTypeInfo(a: Integer, b: String)"),
+               (Types.TUPLE([Types.INT(), Types.STRING()]), "TupleTypeInfo(Integer, String)"),
+               (Types.PRIMITIVE_ARRAY(Types.INT()), "PrimitiveArrayTypeInfo<Integer>"),
+               (Types.OBJECT_ARRAY(Types.STRING()), "ObjectArrayTypeInfo<String>"),
+               (Types.LIST(Types.LONG()), "ListTypeInfo<Long>"),
+               (Types.MAP(Types.STRING(), Types.INT()), "MapTypeInfo<String, Integer>")]
+    assert [(repr(t), str(t)) for t, _ in printed] == [(text, text) for _, text in printed]
+    assert Types.ROW_NAMED(["a", "b"], [Types.INT(), Types.STRING()]) == Types.ROW([Types.INT(), Types.STRING()])
+    assert Types.ROW([Types.INT()]) != Types.ROW([Types.LONG()])
+    assert Types.PRIMITIVE_ARRAY(Types.INT()) != Types.LIST(Types.INT()) != Types.BASIC_ARRAY(Types.INT())
+    assert ListStateDescriptor("seen", Types.LONG()).describe()["type"] == "LONG"
+    assert ValueStateDescriptor("last", Types.ROW_NAMED(["a"], [Types.INT()])).describe()["type"] == "ROW<a: INT>"
+
 def test_methods_take_pyflink_s_keyword_argument_names():
     """A PyFlink job may pass arguments by name: keyspan's methods take PyFlink's parameter names."""
     from keyspan.common import Time, Types

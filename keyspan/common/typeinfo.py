@@ -9,6 +9,9 @@ import pyarrow as pa
 
 
 class TypeInformation:
+    """``name`` is keyspan's own spelling of the type (``LONG``, ``ROW<a: INT>``): savepoints record it as
+    a state's type, so it never changes; ``repr`` is PyFlink's (``Long``, ``RowTypeInfo(a: Integer)``)."""
+
     def __init__(self, name: str, arrow_type=None):
         self.name = name
         self.arrow_type = arrow_type
@@ -17,17 +20,18 @@ class TypeInformation:
         return self.name
 
     def __eq__(self, other):
-        return isinstance(other, TypeInformation) and repr(self) == repr(other)
+        return isinstance(other, TypeInformation) and self.name == other.name
 
     def __hash__(self):
-        return hash(repr(self))
+        return hash(self.name)
 
 
 class RowTypeInfo(TypeInformation):
     def __init__(self, field_types, field_names=None):
         self.field_types = list(field_types)
+        self._named = bool(field_names)
         self.field_names = list(field_names) if field_names else [f"f{i}" for i in range(len(self.field_types))]
-        super().__init__("ROW", None)
+        super().__init__("ROW<" + ", ".join(f"{n}: {t.name}" for n, t in zip(self.field_names, self.field_types)) + ">")
 
     def get_field_names(self):
         return self.field_names
@@ -39,8 +43,17 @@ class RowTypeInfo(TypeInformation):
     def get_field_types(self):
         return self.field_types
 
+    def __eq__(self, other):
+        """Rows of the same field types are equal whatever their field names, as in PyFlink."""
+        return isinstance(other, RowTypeInfo) and self.field_types == other.field_types
+
+    def __hash__(self):
+        return hash(tuple(self.field_types))
+
     def __repr__(self):
-        return "ROW<" + ", ".join(f"{n}: {t!r}" for n, t in zip(self.field_names, self.field_types)) + ">"
+        if self._named:
+            return "RowTypeInfo(" + ", ".join(f"{n}: {t!r}" for n, t in zip(self.field_names, self.field_types)) + ")"
+        return "RowTypeInfo(" + ", ".join(repr(t) for t in self.field_types) + ")"
 
 
 class RowDataTypeInfo(RowTypeInfo):
@@ -52,19 +65,29 @@ class RowDataTypeInfo(RowTypeInfo):
 class TupleTypeInfo(TypeInformation):
     def __init__(self, field_types):
         self.field_types = list(field_types)
-        super().__init__("TUPLE", None)
+        super().__init__("TUPLE<" + ", ".join(t.name for t in self.field_types) + ">", None)
 
     def get_field_types(self):
         return self.field_types
 
     def __repr__(self):
-        return "TUPLE<" + ", ".join(repr(t) for t in self.field_types) + ">"
+        return "TupleTypeInfo(" + ", ".join(repr(t) for t in self.field_types) + ")"
 
 
 class ListTypeInfo(TypeInformation):
     def __init__(self, element_type):
         self.element_type = element_type
-        super().__init__(f"LIST<{element_type!r}>", pa.list_(element_type.arrow_type) if element_type.arrow_type else None)
+        super().__init__(f"LIST<{element_type.name}>", pa.list_(element_type.arrow_type) if element_type.arrow_type else None)
+
+    def __eq__(self, other):
+        """A list and the three kinds of array are different types of the same elements, as in PyFlink."""
+        return type(other) is type(self) and self.element_type == other.element_type
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.element_type))
+
+    def __repr__(self):
+        return f"{type(self).__name__}<{self.element_type!r}>"
 
 
 class MapTypeInfo(TypeInformation):
@@ -72,11 +95,21 @@ class MapTypeInfo(TypeInformation):
         self.key_type = key_type
         self.value_type = value_type
         arrow = pa.map_(key_type.arrow_type, value_type.arrow_type) if key_type.arrow_type and value_type.arrow_type else None
-        super().__init__(f"MAP<{key_type!r}, {value_type!r}>", arrow)
+        super().__init__(f"MAP<{key_type.name}, {value_type.name}>", arrow)
+
+    def __repr__(self):
+        return f"MapTypeInfo<{self.key_type!r}, {self.value_type!r}>"
 
 
 class BasicTypeInfo(TypeInformation):
     """Strings, booleans, numbers, chars and instants (``Types.STRING()`` … build these)."""
+
+    _PYFLINK_NAMES = {"STRING": "String", "BYTE": "Byte", "BOOLEAN": "Boolean", "SHORT": "Short", "INT": "Integer",
+                      "LONG": "Long", "FLOAT": "Float", "DOUBLE": "Double", "CHAR": "Char", "BIG_INT": "BigInteger",
+                      "BIG_DEC": "BigDecimal", "INSTANT": "Instant"}
+
+    def __repr__(self):
+        return self._PYFLINK_NAMES[self.name]
 
     @staticmethod
     def STRING_TYPE_INFO():
@@ -153,6 +186,9 @@ class InstantTypeInfo(BasicTypeInfo):
 class SqlTimeTypeInfo(TypeInformation):
     """``datetime.date``, ``datetime.time`` and ``datetime.datetime`` values."""
 
+    def __repr__(self):
+        return type(self).__name__
+
     @staticmethod
     def DATE():
         return DateTypeInfo()
@@ -196,12 +232,18 @@ class LocalTimeTypeInfo(TypeInformation):
         super().__init__(time_type.name, arrow)
         self._time_type = time_type
 
+    def __repr__(self):
+        return f"LocalTimeTypeInfo<{self.name}>"
+
 
 class PickledBytesTypeInfo(TypeInformation):
     """Any Python object (pickled): a stream that declares no type."""
 
     def __init__(self):
         super().__init__("PICKLED_BYTE_ARRAY", None)
+
+    def __repr__(self):
+        return "PickledByteArrayTypeInfo"
 
     @staticmethod
     def PICKLED_BYTE_ARRAY_TYPE_INFO():

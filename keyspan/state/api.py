@@ -46,7 +46,7 @@ class StateDescriptor(ABC):
 
     def describe(self) -> dict:
         """What a savepoint records about this state."""
-        described = {"name": self.name, "kind": self.kind, "type": repr(self.type_info) if self.type_info else None}
+        described = {"name": self.name, "kind": self.kind, "type": self.type_info.name if self.type_info else None}
         if self._ttl_config is not None and self._ttl_config.is_enabled():
             described["ttl_ms"] = self._ttl_config.get_ttl().to_milliseconds()
         return described
