@@ -317,3 +317,19 @@ def test_batch_mode_gives_each_key_its_records_in_timestamp_order(workdir, spark
     env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
     stream = env.from_collection(OUT_OF_ORDER).assign_timestamps_and_watermarks(strategy.with_timestamp_assigner(Ts()))
     assert _in_order_per_key(env, stream)["seen"] == {k: tuple(v for key, v, _ in OUT_OF_ORDER if key == k) for k in keys}
+
+
+def test_batch_mode_gives_a_key_its_records_without_a_timestamp_first_then_the_others_in_timestamp_order(workdir):
+    """Flink sorts a record without a timestamp as ``Long.MIN_VALUE``: in a union of a timestamped and
+    an untimed stream, each key sees the untimed records first, in the order they came, then the
+    timestamped ones by timestamp (the untimed ones are processed as they arrive, not held back)."""
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(10))
+    untimed = [(f"k{i % 3}", 1000 + i, None) for i in range(30)]
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(2)
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
+    timed = env.from_collection(OUT_OF_ORDER).assign_timestamps_and_watermarks(strategy.with_timestamp_assigner(Ts()))
+    stream = timed.union(env.from_collection(untimed))
+    seen = _in_order_per_key(env, stream)["seen"]
+    by_ts = sorted(OUT_OF_ORDER, key=lambda r: r[2])
+    assert seen == {k: tuple(v for key, v, _ in untimed if key == k) + tuple(v for key, v, _ in by_ts if key == k)
+                    for k in ("k0", "k1", "k2")}

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from keyspan.checkpoint.handles import TaskReport
 from keyspan.common import garbage
-from keyspan.common.clock import LONG_MAX, LONG_MIN, wall_clock_ms
+from keyspan.common.clock import LONG_MAX, wall_clock_ms
 from keyspan.common.types import named_row_class, packed_rows
 from keyspan.connectors.sources import SplitChunk
 from keyspan.datastream.functions import TimeDomain
@@ -108,19 +108,17 @@ def _joined(batches, rows: int):
 
 
 def _in_timestamp_order(chunks: list):
-    """Chunks of a keyed stage's input (key groups, keys, records, timestamps, input side) as chunks of
-    at most FLUSH_RECORDS records in timestamp order: a record without one first (Flink's
-    ``Long.MIN_VALUE``), ties in the order they came."""
+    """Chunks of a keyed stage's timestamped input (key groups, keys, records, timestamps, input side)
+    as chunks of at most FLUSH_RECORDS records in timestamp order, ties in the order they came."""
     rows = [(kg, key, r, ts, side) for kgs, keys, records, stamps, side in chunks
-            for kg, key, r, ts in zip(kgs, keys, records, stamps or itertools.repeat(None))]
+            for kg, key, r, ts in zip(kgs, keys, records, stamps)]
     chunks.clear()
-    if any(row[3] is not None for row in rows):
-        rows.sort(key=lambda row: LONG_MIN if row[3] is None else row[3])
+    rows.sort(key=lambda row: row[3])
     for side, run in itertools.groupby(rows, key=lambda row: row[4]):
         run = list(run)
         for i in range(0, len(run), FLUSH_RECORDS):
             kgs, keys, records, stamps, _ = map(list, zip(*run[i:i + FLUSH_RECORDS]))
-            yield kgs, keys, records, None if all(t is None for t in stamps) else stamps, side
+            yield kgs, keys, records, stamps, side
 
 
 def no_rows(batches):
@@ -269,13 +267,25 @@ class StageTask(OperatorChain):
             entry = [reset_timestamp(e) for e in entry]
         keyed = partial(self._keyed, single, batch_entry, prefetch)
         # BATCH mode: as Flink's sorted inputs, a key's records reach its operator in timestamp order,
-        # so the task holds its input back (as chunks) and processes it once it has all of it
+        # so the task holds its timestamped input back (as chunks) and processes it once it has all of
+        # it. Records without a timestamp come first in that order, so they are processed as they come.
         held = [] if self.ctx.time.batch and plan.keyed and fmt != InputFormat.CHUNKS else None
         if held is not None:
             process_keyed, columns_entry = keyed, None
 
             def keyed(kgs, keys, records, stamps, side=0):
-                held.append((kgs, keys, records, stamps, side))
+                if stamps is None:
+                    process_keyed(kgs, keys, records, None, side)
+                    return
+                untimed = [i for i, ts in enumerate(stamps) if ts is None]
+                if untimed:
+                    process_keyed([kgs[i] for i in untimed], [keys[i] for i in untimed],
+                                  [records[i] for i in untimed], None, side)
+                    timed = [i for i, ts in enumerate(stamps) if ts is not None]
+                    kgs, keys = [kgs[i] for i in timed], [keys[i] for i in timed]
+                    records, stamps = [records[i] for i in timed], [stamps[i] for i in timed]
+                if records:
+                    held.append((kgs, keys, records, stamps, side))
         for batch in batches:
             began = time.perf_counter()
             if fmt == InputFormat.CHUNKS:  # a chunk of records the task read from its source partition
