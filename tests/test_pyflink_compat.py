@@ -71,6 +71,20 @@ def test_partitioning_decides_which_subtask_gets_each_record(env):
             assert {s for s, _ in placed} <= {0, 1, 2}
 
 
+class TaskName(MapFunction):
+    def open(self, runtime_context):
+        self.names = runtime_context.get_task_name(), runtime_context.get_task_name_with_subtasks()
+
+    def map(self, value):
+        return self.names
+
+
+def test_a_function_reads_its_task_name_with_subtask_and_attempt_as_flink_writes_it(env):
+    env.set_parallelism(2)
+    names = set(env.from_collection(list(range(8))).map(TaskName()).name("label").execute_and_collect())
+    assert names == {("label", "label (1/2)#0"), ("label", "label (2/2)#0")}
+
+
 def test_a_partitioner_out_of_range_is_reported_with_the_operator(env):
     stream = env.from_collection([1, 2]).name("numbers").partition_custom(lambda k, n: n + 5, lambda v: v)
     with pytest.raises(Exception, match="partition_custom's partitioner returned 8"):

@@ -47,7 +47,8 @@ class TaskRuntimeContext(RuntimeContext):
         return self._attempt
 
     def get_task_name_with_subtasks(self):
-        return f"{self._op.name} ({self._subtask + 1}/{self._parallelism})"
+        """As Flink's: ``name (index + 1/parallelism)#attempt``."""
+        return f"{self._op.name} ({self._subtask + 1}/{self._parallelism})#{self._attempt}"
 
     def get_job_parameter(self, key, default_value=None):
         return self._job_parameters.get(key, default_value)
