@@ -51,9 +51,8 @@ class RowTypeInfo(TypeInformation):
         return hash(tuple(self.field_types))
 
     def __repr__(self):
-        if self._named:
-            return "RowTypeInfo(" + ", ".join(f"{n}: {t!r}" for n, t in zip(self.field_names, self.field_types)) + ")"
-        return "RowTypeInfo(" + ", ".join(repr(t) for t in self.field_types) + ")"
+        fields = (f"{n}: {t!r}" if self._named else repr(t) for n, t in zip(self.field_names, self.field_types))
+        return "RowTypeInfo(" + ", ".join(fields) + ")"
 
 
 class RowDataTypeInfo(RowTypeInfo):

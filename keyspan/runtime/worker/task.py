@@ -274,17 +274,14 @@ class StageTask(OperatorChain):
             process_keyed, columns_entry = keyed, None
 
             def keyed(kgs, keys, records, stamps, side=0):
+                if stamps is not None and None in stamps:  # a chunk of both: its untimed records go now
+                    timed = [ts is not None for ts in stamps]
+                    untimed = [not t for t in timed]
+                    process_keyed(*(list(itertools.compress(c, untimed)) for c in (kgs, keys, records)), None, side)
+                    kgs, keys, records, stamps = (list(itertools.compress(c, timed)) for c in (kgs, keys, records, stamps))
                 if stamps is None:
                     process_keyed(kgs, keys, records, None, side)
-                    return
-                untimed = [i for i, ts in enumerate(stamps) if ts is None]
-                if untimed:
-                    process_keyed([kgs[i] for i in untimed], [keys[i] for i in untimed],
-                                  [records[i] for i in untimed], None, side)
-                    timed = [i for i, ts in enumerate(stamps) if ts is not None]
-                    kgs, keys = [kgs[i] for i in timed], [keys[i] for i in timed]
-                    records, stamps = [records[i] for i in timed], [stamps[i] for i in timed]
-                if records:
+                elif records:
                     held.append((kgs, keys, records, stamps, side))
         for batch in batches:
             began = time.perf_counter()
