@@ -558,6 +558,23 @@ def test_allowed_lateness_fires_late_and_cleans_up_afterwards():
     assert h.take() == [] and h.side["late"] == [("a", 8)]
 
 
+def test_a_pane_saved_under_another_trigger_fires_at_its_end_after_the_restore():
+    """A pane saved by a job whose trigger registered no timer at the window's end (CountTrigger),
+    restored into the same windows with the default EventTimeTrigger: the pane's later records leave
+    the trigger's timer registered, so the window fires at its end, as in Flink. Without lateness the
+    pane's cleanup timer is that timer; with lateness it is not, and the next record registers it."""
+    for lateness in (0, 5):
+        def windows():
+            return windowed(TumblingEventTimeWindows.of(10)).allowed_lateness(Time.milliseconds(lateness))
+
+        before = Harness(windows().trigger(CountTrigger.of(100)).reduce(_sum_values))
+        before.elements([("a", ("a", 1), 1), ("a", ("a", 2), 2)])
+        after = Harness(windows().reduce(_sum_values), before.snapshot())
+        after.elements([("a", ("a", 4), 3), ("a", ("a", 8), 4)])
+        after.advance_watermark(MAX_LONG_VALUE)
+        assert after.take() == [(("a", 15), 9)], f"allowed lateness {lateness}"
+
+
 def test_a_timer_restored_without_its_windows_keeps_every_window_it_is_shared_by():
     """State in the layout saved before timers held their windows, where window [0, 10)'s cleanup timer
     and window [10, 20)'s end timer share timestamp 19. A record for [10, 20) registers its end timer

@@ -98,6 +98,12 @@ class InternalListState(ListState):
             raise _none_error(self)
         self._append((value,))
 
+    def added_to_existing(self, value) -> bool:
+        """``add``; whether the state held elements before (a window pane's later record)."""
+        existed = bool(self._load())
+        self.add(value)
+        return existed
+
     def add_all(self, values) -> None:
         new, bad = _no_none(self, values)
         if new:
@@ -166,6 +172,12 @@ class InternalReducingState(ReducingState):
         current = self._load_for_update()
         self._store(value if current is None else self._reduce(current, value))
 
+    def added_to_existing(self, value) -> bool:
+        """``add``; whether the state held a value before (a window pane's later record)."""
+        current = self._load_for_update()
+        self._store(value if current is None else self._reduce(current, value))
+        return current is not None
+
     def clear(self) -> None:
         self._delete()
 
@@ -187,6 +199,12 @@ class InternalAggregatingState(AggregatingState):
     def add(self, value) -> None:
         acc = self._load_for_update()
         self._store(self._agg.add(value, self._agg.create_accumulator() if acc is None else acc))
+
+    def added_to_existing(self, value) -> bool:
+        """``add``; whether the state held an accumulator before (a window pane's later record)."""
+        acc = self._load_for_update()
+        self._store(self._agg.add(value, self._agg.create_accumulator() if acc is None else acc))
+        return acc is not None
 
     def add_accumulator(self, accumulator) -> bool:
         """Merge an accumulator of records pre-aggregated elsewhere (the columnar path) after the

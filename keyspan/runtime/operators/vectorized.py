@@ -425,8 +425,8 @@ class VectorizedWindowOperator(WindowOperator):
             backend.current_key = key
             backend.current_key_group = kg
             contents.set_current_namespace(window)
-            if contents.add_accumulator(accumulator):
-                continue  # a pane the watermark has not passed: its first record registered its timers
+            if contents.add_accumulator(accumulator) and not lateness:
+                continue  # its first record registered the cleanup timer, at its end (WindowOperator.process_element)
             # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
             register_timer(EVENT_TIME, window.max_timestamp(), window)
             if lateness:

@@ -481,6 +481,11 @@ class WindowOperator(KeyedProcessFunction):
         trigger = self._trigger
         contents = self._contents
         merging_windows = _MergingWindowSet(self._assigner, self._merging_state) if self._merging else None
+        # without lateness, a window the watermark has passed is late, and a pane that had records before
+        # this one got the cleanup timer at its window's end from its first record (whatever the trigger was
+        # then: a restored pane may come from a job with another trigger). That is the EventTimeTrigger's
+        # only timer, so the trigger and the cleanup would only register it again.
+        timers_set_by_first = self._fires_and_cleans_at_end
         for window in windows:
             if merging_windows is not None:
                 actual = merging_windows.add_window(window, self._merge)
@@ -498,7 +503,10 @@ class WindowOperator(KeyedProcessFunction):
                 actual = state_window = window
             skipped = False
             contents.set_current_namespace(state_window)
-            contents.add(value)
+            if not timers_set_by_first:
+                contents.add(value)
+            elif contents.added_to_existing(value):
+                continue
             tc.window = actual
             result = trigger.on_element(value, timestamp, actual, tc)
             if result.is_fire():

@@ -12,14 +12,14 @@ IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
 
 
 def copy_value(value):
-    if isinstance(value, tuple) and all(type(v) in IMMUTABLE for v in value):
+    if isinstance(value, tuple) and IMMUTABLE.issuperset(map(type, value)):
         return value
     return copy.deepcopy(value)
 
 
 def private(value):
     """A copy the caller may change in place (immutable values are shared)."""
-    if type(value) in IMMUTABLE or (type(value) is tuple and all(type(v) in IMMUTABLE for v in value)):
+    if type(value) in IMMUTABLE or (type(value) is tuple and IMMUTABLE.issuperset(map(type, value))):
         return value
     return copy.deepcopy(value)
 
