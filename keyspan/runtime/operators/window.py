@@ -222,6 +222,16 @@ class _InternalWindowFunction:
 
 # --- merging windows: Flink's MergingWindowSet over map state --------------------------------------------
 
+class _CollectMerges(MergingWindowAssigner.MergeCallback):
+    """The merges an assigner's ``merge_windows`` reports: (merge result, the windows it merges)."""
+
+    def __init__(self):
+        self.merges: list = []
+
+    def merge(self, to_be_merged, merge_result):
+        self.merges.append((merge_result, list(to_be_merged)))
+
+
 class _MergingWindowSet:
     """The in-flight windows of a merging assigner for the current key: window → state window, where
     the state window is the window under which the contents are kept (it never changes when a window
@@ -251,13 +261,9 @@ class _MergingWindowSet:
 
     def add_window(self, new_window, merge_function) -> object:
         """Add ``new_window``, merging it with in-flight windows; returns the window it ends up in."""
-        merge_results: list = []
-
-        class _Collect(MergingWindowAssigner.MergeCallback):
-            def merge(self, to_be_merged, merge_result):
-                merge_results.append((merge_result, list(to_be_merged)))
-
-        self._assigner.merge_windows([*self._mapping.keys(), new_window], _Collect())
+        collected = _CollectMerges()
+        self._assigner.merge_windows([*self._mapping.keys(), new_window], collected)
+        merge_results = collected.merges
 
         result_window = new_window
         merged_new_window = False
