@@ -573,6 +573,14 @@ def test_a_pane_saved_under_another_trigger_fires_at_its_end_after_the_restore()
         after.elements([("a", ("a", 4), 3), ("a", ("a", 8), 4)])
         after.advance_watermark(MAX_LONG_VALUE)
         assert after.take() == [(("a", 15), 9)], f"allowed lateness {lateness}"
+    # processing time: the default ProcessingTimeTrigger's timer is the window's cleanup timer
+    before = Harness(windowed(TumblingProcessingTimeWindows.of(10)).trigger(CountTrigger.of(100)).reduce(_sum_values))
+    before.now = 1
+    before.elements([("a", ("a", 1), None), ("a", ("a", 2), None)])
+    after = Harness(windowed(TumblingProcessingTimeWindows.of(10)).reduce(_sum_values), before.snapshot())
+    after.elements([("a", ("a", 4), None), ("a", ("a", 8), None)])
+    after.advance_processing_time(100)
+    assert after.take() == [(("a", 15), 9)]
 
 
 def test_a_timer_restored_without_its_windows_keeps_every_window_it_is_shared_by():

@@ -39,6 +39,7 @@ from keyspan.datastream.window import (
     CountTrigger,
     EventTimeTrigger,
     MergingWindowAssigner,
+    ProcessingTimeTrigger,
     PurgingTrigger,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
@@ -318,6 +319,12 @@ class WindowOperator(KeyedProcessFunction):
         self._trigger_timer_only_at_end = type(trigger) is EventTimeTrigger
         self._fires_and_cleans_at_end = (self._trigger_timer_only_at_end and self._event_time
                                          and not self._merging and not self._allowed_lateness)
+        # a pane that had records before gets no trigger call: its first record registered the cleanup
+        # timer at the window's end (whatever the trigger was then: a restored pane may come from a job
+        # with another trigger), and that is the only timer of an EventTimeTrigger without lateness (a
+        # window the watermark has passed is late then) and of a ProcessingTimeTrigger on time windows
+        self._later_records_skip_trigger = self._fires_and_cleans_at_end or (
+            type(trigger) is ProcessingTimeTrigger and not self._event_time and self._window_size is not None)
 
     # lifecycle ---------------------------------------------------------------------------------
     def open(self, runtime_context):
@@ -487,11 +494,7 @@ class WindowOperator(KeyedProcessFunction):
         trigger = self._trigger
         contents = self._contents
         merging_windows = _MergingWindowSet(self._assigner, self._merging_state) if self._merging else None
-        # without lateness, a window the watermark has passed is late, and a pane that had records before
-        # this one got the cleanup timer at its window's end from its first record (whatever the trigger was
-        # then: a restored pane may come from a job with another trigger). That is the EventTimeTrigger's
-        # only timer, so the trigger and the cleanup would only register it again.
-        timers_set_by_first = self._fires_and_cleans_at_end
+        timers_set_by_first = self._later_records_skip_trigger
         for window in windows:
             if merging_windows is not None:
                 actual = merging_windows.add_window(window, self._merge)
