@@ -169,8 +169,7 @@ class InternalReducingState(ReducingState):
         return self._take()
 
     def add(self, value) -> None:
-        current = self._load_for_update()
-        self._store(value if current is None else self._reduce(current, value))
+        self.added_to_existing(value)
 
     def added_to_existing(self, value) -> bool:
         """``add``; whether the state held a value before (a window pane's later record)."""
@@ -197,8 +196,7 @@ class InternalAggregatingState(AggregatingState):
         return None if acc is None else self._agg.get_result(acc)
 
     def add(self, value) -> None:
-        acc = self._load_for_update()
-        self._store(self._agg.add(value, self._agg.create_accumulator() if acc is None else acc))
+        self.added_to_existing(value)
 
     def added_to_existing(self, value) -> bool:
         """``add``; whether the state held an accumulator before (a window pane's later record)."""

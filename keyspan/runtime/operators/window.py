@@ -494,7 +494,7 @@ class WindowOperator(KeyedProcessFunction):
         trigger = self._trigger
         contents = self._contents
         merging_windows = _MergingWindowSet(self._assigner, self._merging_state) if self._merging else None
-        timers_set_by_first = self._later_records_skip_trigger
+        skip_trigger = self._later_records_skip_trigger
         for window in windows:
             if merging_windows is not None:
                 actual = merging_windows.add_window(window, self._merge)
@@ -512,7 +512,7 @@ class WindowOperator(KeyedProcessFunction):
                 actual = state_window = window
             skipped = False
             contents.set_current_namespace(state_window)
-            if not timers_set_by_first:
+            if not skip_trigger:
                 contents.add(value)
             elif contents.added_to_existing(value):
                 continue
