@@ -285,13 +285,36 @@ def test_window_sums_do_not_depend_on_epoch_cuts_or_the_path(workdir, seed, cut)
         assert last == expected
 
 
+class DoubledSum(Sum):
+    """A subclass that changes how records add up: the built-in's NumPy sum is not its accumulator."""
+
+    def add_value(self, value, accumulator):
+        return accumulator + 2 * value
+
+
+class CountOfEven(Count):
+    def add_value(self, value, accumulator):
+        return accumulator + (value % 2 == 0)
+
+
+class MeanAsPair(Avg):
+    """Only the result differs from the built-in's: its NumPy form still applies."""
+
+    def get_result(self, accumulator):
+        return accumulator
+
+
 @pytest.mark.parametrize("agg,records,expected", [
     (Sum(1), [("a", 1), ("a", 2)], 3), (Count(), [("a", 1), ("a", 2)], 2), (Avg(1), [("a", 1), ("a", 2)], 1.5),
     (Min(1), [("a", 4), ("a", 2)], 2), (Max(1), [("a", 4), ("a", 2)], 4), (First(1), [("a", 4), ("a", 2)], 4),
     (Last(1), [("a", 4), ("a", 2)], 2), (First(), [("a", 4), ("a", 2)], ("a", 4)),
+    (DoubledSum(1), [("a", 1), ("a", 2)], 6), (CountOfEven(1), [("a", 4), ("a", 3), ("a", 2)], 2),
+    (MeanAsPair(1), [("a", 1), ("a", 2)], (3, 2)),
 ])
 def test_aggregate_functions_agree_record_by_record_and_columnar(agg, records, expected):
+    """Also for subclasses: one that changes how records add up has them added by its own method."""
     import numpy as np
+    import pyarrow as pa
 
     acc = agg.create_accumulator()
     for r in records:
@@ -299,8 +322,12 @@ def test_aggregate_functions_agree_record_by_record_and_columnar(agg, records, e
     assert agg.get_result(acc) == expected
     (columnar,) = agg.accumulate_groups(records, np.zeros(len(records), dtype=np.int64), 1)
     assert agg.get_result(columnar) == expected
-    half = agg.accumulate_groups(records[1:], np.zeros(1, dtype=np.int64), 1)[0]
+    half = agg.accumulate_groups(records[1:], np.zeros(len(records) - 1, dtype=np.int64), 1)[0]
     assert agg.get_result(agg.merge(agg.add(records[0], agg.create_accumulator()), half)) == expected
+    batch = pa.RecordBatch.from_pydict({"key": [r[0] for r in records], "value": [r[1] for r in records]})
+    (from_columns,) = type(agg)(None if agg.field is None else "value").accumulate_columns(
+        batch, np.zeros(len(records), dtype=np.int64), 1)
+    assert agg.get_result(from_columns) == expected
 
 
 _NUMBERS = st.one_of(st.lists(st.integers(-2 ** 40, 2 ** 40), min_size=1, max_size=60),
@@ -500,7 +527,8 @@ def test_a_spark_source_with_a_timestamp_column_windows_without_a_python_source_
     tumbling = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))
     sliding = SlidingEventTimeWindows.of(Time.milliseconds(WINDOW), Time.milliseconds(40))
     for name, assigner, agg in (("avg", tumbling, Avg("value")), ("spread", tumbling, SpreadOfValue()),
-                                ("last", tumbling, Last("value")), ("count", sliding, Count())):
+                                ("last", tumbling, Last("value")), ("count", sliding, Count()),
+                                ("doubled", tumbling, DoubledSum("value"))):
         reference, _, formats = _timed_windows(spark, path, True, False, assigner, agg, f"{name}/python-stamps")
         assert formats[:2] == [InputFormat.TYPED, InputFormat.EXCHANGE]
         assert reference[("late", "w")], "the input has late records: they reach the side output"

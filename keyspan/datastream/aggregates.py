@@ -242,21 +242,29 @@ class _FieldAggregate(BatchAggregateFunction):
         raise NotImplementedError
 
     def accumulate_groups(self, records, group_ids, n_groups):
-        column = _numeric_column(records, self._get) if self._ufunc is not None else None
-        if column is None:  # not numeric: record by record, the per-record path's arithmetic
-            accs = [self.create_accumulator() for _ in range(n_groups)]
-            add, get = self.add_value, self._get
-            for r, g in zip(records, group_ids.tolist()):
-                accs[g] = add(get(r), accs[g])
-            return accs
-        return self._reduced(column, group_ids, n_groups)
+        fast = self._grouped(records, group_ids, n_groups) if self._adds_as_builtin() else None
+        if fast is not None:
+            return fast
+        accs = [self.create_accumulator() for _ in range(n_groups)]  # the per-record path's arithmetic
+        add, get = self.add_value, self._get
+        for r, g in zip(records, group_ids.tolist()):
+            accs[g] = add(get(r), accs[g])
+        return accs
 
     def accumulate_columns(self, batch, group_ids, n_groups):
+        fast = self._grouped_columns(batch, group_ids, n_groups) if self._adds_as_builtin() else None
+        return fast if fast is not None else self.accumulate_groups(rows_of_arrow(batch), group_ids, n_groups)
+
+    def _grouped(self, records, group_ids, n_groups):
+        """The built-in's accumulators of every group at once, None when the field is not numeric."""
+        column = _numeric_column(records, self._get) if self._ufunc is not None else None
+        return None if column is None else self._reduced(column, group_ids, n_groups)
+
+    def _grouped_columns(self, batch, group_ids, n_groups):
+        """``_grouped`` of Arrow columns."""
         column = (_arrow_numeric(batch.column(self._column_index(batch)))
                   if self._ufunc is not None and self.field is not None else None)
-        if column is None:
-            return self.accumulate_groups(rows_of_arrow(batch), group_ids, n_groups)
-        return self._reduced(column, group_ids, n_groups)
+        return None if column is None else self._reduced(column, group_ids, n_groups)
 
     def _reduced(self, column, group_ids, n_groups):
         """Each group's reduction, the rows taken in arrival order (``ufunc.at``: one pass, no sort;
@@ -269,6 +277,22 @@ class _FieldAggregate(BatchAggregateFunction):
 
     def _from_reduced(self, reduced: list, group_ids, n_groups: int) -> list:
         return reduced
+
+    def _adds_as_builtin(self) -> bool:
+        """Whether records accumulate as in the built-in this class derives from, so that its NumPy form
+        applies: a subclass that changes only ``get_result`` keeps it; one that changes how records add
+        up (``add_value``, ``merge``, …) has each record added by its own method."""
+        cls = type(self)
+        known = _ADDS_AS_BUILTIN.get(cls)
+        if known is None:
+            builtin = next(c for c in cls.__mro__ if c.__module__ == __name__)
+            known = _ADDS_AS_BUILTIN[cls] = all(getattr(cls, name) is getattr(builtin, name) for name in _ACCUMULATING)
+        return known
+
+
+_ACCUMULATING = ("create_accumulator", "add", "add_value", "add_batch", "merge", "accumulate_groups",
+                 "accumulate_columns", "_grouped", "_grouped_columns", "_reduced", "_from_reduced", "_column_index")
+_ADDS_AS_BUILTIN: dict[type, bool] = {}
 
 
 class Sum(_FieldAggregate):
@@ -307,11 +331,11 @@ class Count(_FieldAggregate):
     def merge(self, acc_a, acc_b):
         return acc_a + acc_b
 
-    def accumulate_groups(self, records, group_ids, n_groups):
+    def _grouped(self, records, group_ids, n_groups):
         return np.bincount(group_ids, minlength=n_groups).tolist()
 
-    def accumulate_columns(self, batch, group_ids, n_groups):
-        return self.accumulate_groups(None, group_ids, n_groups)
+    def _grouped_columns(self, batch, group_ids, n_groups):
+        return self._grouped(None, group_ids, n_groups)
 
 
 class _Extremum(_FieldAggregate):
@@ -384,7 +408,7 @@ class First(_FieldAggregate):
     def merge(self, acc_a, acc_b):
         return acc_b if acc_a is None else acc_a
 
-    def accumulate_groups(self, records, group_ids, n_groups):
+    def _grouped(self, records, group_ids, n_groups):
         _, firsts = np.unique(group_ids, return_index=True)
         get = self._get
         return [(get(records[i]),) for i in firsts.tolist()]
@@ -405,7 +429,7 @@ class Last(_FieldAggregate):
     def merge(self, acc_a, acc_b):
         return acc_a if acc_b is None else acc_b
 
-    def accumulate_groups(self, records, group_ids, n_groups):
+    def _grouped(self, records, group_ids, n_groups):
         _, lasts = np.unique(group_ids[::-1], return_index=True)
         get = self._get
         n = len(records)
