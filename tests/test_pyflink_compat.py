@@ -408,6 +408,30 @@ def test_smaller_pyflink_names_behave_as_pyflink_s():
         StreamExecutionEnvironment.get_execution_environment().register_cached_file("/tmp/x", "x")
 
 
+def test_pyflink_s_enums_are_enums_with_its_members():
+    """``CheckpointingMode`` and ``PredefinedOptions`` are ``Enum``s with PyFlink's members and values
+    (``.name``, iteration and ``CheckpointingMode(0)`` work as on PyFlink); the configuration key
+    reads a mode's name; anything else is refused with the members to use."""
+    from enum import Enum
+
+    from keyspan.datastream import CheckpointingMode, PredefinedOptions
+
+    assert issubclass(CheckpointingMode, Enum) and issubclass(PredefinedOptions, Enum)
+    assert {m.name: m.value for m in CheckpointingMode} == {"EXACTLY_ONCE": 0, "AT_LEAST_ONCE": 1}
+    assert {m.name: m.value for m in PredefinedOptions} == {
+        "DEFAULT": 0, "SPINNING_DISK_OPTIMIZED": 1, "SPINNING_DISK_OPTIMIZED_HIGH_MEM": 2, "FLASH_SSD_OPTIMIZED": 3}
+    env = StreamExecutionEnvironment.get_execution_environment()
+    assert env.get_checkpoint_config().get_checkpointing_mode() is CheckpointingMode.EXACTLY_ONCE
+    env.enable_checkpointing(1000, CheckpointingMode.AT_LEAST_ONCE)
+    assert env.get_checkpointing_mode() is CheckpointingMode.AT_LEAST_ONCE
+    env.configure(Configuration().set_string("execution.checkpointing.mode", "exactly_once"))
+    assert env.get_checkpointing_mode() is CheckpointingMode(0)
+    with pytest.raises(TypeError, match="CheckpointingMode.EXACTLY_ONCE"):
+        env.get_checkpoint_config().set_checkpointing_mode("twice")
+    with pytest.raises(TypeError, match="PredefinedOptions.DEFAULT"):
+        EmbeddedRocksDBStateBackend().set_predefined_options("FLASH_SSD_OPTIMIZED")
+
+
 def test_configure_reads_supported_keys(tmp_path):
     config = Configuration()
     config.set_string("parallelism.default", "3")

@@ -45,8 +45,13 @@ class CheckpointConfig:
     def get_checkpointing_mode(self):
         return self.mode
 
-    def set_checkpointing_mode(self, checkpointing_mode) -> "CheckpointConfig":
+    def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> "CheckpointConfig":
         """Accepted for either mode: an epoch's checkpoint is an aligned cut, so always exactly once."""
+        if isinstance(checkpointing_mode, str) and checkpointing_mode.upper() in CheckpointingMode.__members__:
+            checkpointing_mode = CheckpointingMode[checkpointing_mode.upper()]  # the configuration key's form
+        if not isinstance(checkpointing_mode, CheckpointingMode):
+            raise TypeError(f"set_checkpointing_mode takes CheckpointingMode.EXACTLY_ONCE or "
+                            f"CheckpointingMode.AT_LEAST_ONCE, not {checkpointing_mode!r}")
         self.mode = checkpointing_mode
         return self
 

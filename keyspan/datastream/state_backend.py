@@ -10,6 +10,7 @@ from __future__ import annotations
 from keyspan.state.backend import StateBackendSpec as StateBackend
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.rocksdb import EmbeddedRocksDBStateBackend
+from keyspan.state.rocksdb.backend import PredefinedOptions
 
 
 class MemoryStateBackend(HashMapStateBackend):
@@ -43,15 +44,6 @@ class CustomStateBackend:
     def __init__(self, *args, **kwargs):
         raise NotImplementedError("not supported by keyspan: CustomStateBackend wraps a Java state backend; "
                                   "use HashMapStateBackend() or EmbeddedRocksDBStateBackend() instead")
-
-
-class PredefinedOptions:
-    """RocksDB option presets: accepted; keyspan sizes RocksDB from ``get_memory_configuration()``."""
-
-    DEFAULT = "DEFAULT"
-    SPINNING_DISK_OPTIMIZED = "SPINNING_DISK_OPTIMIZED"
-    SPINNING_DISK_OPTIMIZED_HIGH_MEM = "SPINNING_DISK_OPTIMIZED_HIGH_MEM"
-    FLASH_SSD_OPTIMIZED = "FLASH_SSD_OPTIMIZED"
 
 
 __all__ = ["CustomStateBackend", "EmbeddedRocksDBStateBackend", "FsStateBackend", "HashMapStateBackend",

@@ -9,6 +9,7 @@ import re
 import tempfile
 import uuid
 import weakref
+from enum import Enum
 from itertools import repeat
 
 from keyspan.io import serde
@@ -519,6 +520,16 @@ class RocksDBKeyedStateBackend(Snapshots, KeyedStateBackend):
     dispose = close
 
 
+class PredefinedOptions(Enum):
+    """RocksDB option presets (PyFlink's enum): accepted and read back; keyspan sizes RocksDB from
+    ``get_memory_configuration()``."""
+
+    DEFAULT = 0
+    SPINNING_DISK_OPTIMIZED = 1
+    SPINNING_DISK_OPTIMIZED_HIGH_MEM = 2
+    FLASH_SSD_OPTIMIZED = 3
+
+
 class EmbeddedRocksDBStateBackend(StateBackendSpec):
     """PyFlink's ``EmbeddedRocksDBStateBackend``: keyed state in an embedded RocksDB per subtask and
     operator, on the worker's local disk, so state may exceed the Python worker's memory.
@@ -571,13 +582,15 @@ class EmbeddedRocksDBStateBackend(StateBackendSpec):
     def get_number_of_transfer_threads(self) -> int:
         return self._transfer_threads
 
-    def set_predefined_options(self, options) -> None:
-        """Recorded (a ``PredefinedOptions`` preset) and read back; keyspan sizes RocksDB from
-        ``get_memory_configuration()`` instead."""
+    def set_predefined_options(self, options: PredefinedOptions) -> None:
+        """Recorded and read back; keyspan sizes RocksDB from ``get_memory_configuration()`` instead."""
+        if not isinstance(options, PredefinedOptions):
+            raise TypeError(f"set_predefined_options takes a PredefinedOptions member (e.g. PredefinedOptions.DEFAULT), "
+                            f"not {options!r}")
         self._predefined_options = options
 
-    def get_predefined_options(self):
-        return getattr(self, "_predefined_options", "DEFAULT")  # PredefinedOptions.DEFAULT
+    def get_predefined_options(self) -> PredefinedOptions:
+        return getattr(self, "_predefined_options", PredefinedOptions.DEFAULT)
 
     def set_options(self, options_factory_class_name: str) -> None:
         raise NotImplementedError(
