@@ -374,6 +374,10 @@ def test_smaller_pyflink_names_behave_as_pyflink_s():
     from keyspan.datastream.state import AggregatingStateDescriptor, ReducingStateDescriptor
 
     assert Duration.of_nanos(2_999_999).to_milliseconds() == 2
+    from keyspan.common import Time
+    from keyspan.common.typeinfo import MapTypeInfo
+    assert Time(milliseconds=5) == Time.milliseconds(5)  # PyFlink's parameter names, as keywords too
+    assert MapTypeInfo(key_type_info=Types.STRING(), value_type_info=Types.INT()) == Types.MAP(Types.STRING(), Types.INT())
     add = lambda a, b: a + b  # noqa: E731
     assert ReducingStateDescriptor("total", add).get_reduce_function() is add
     assert AggregatingStateDescriptor("avg", add).get_agg_function() is add

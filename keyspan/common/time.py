@@ -50,6 +50,9 @@ class Duration:
 
 
 class Time(Duration):
+    def __init__(self, milliseconds: int):  # PyFlink's parameter name
+        super().__init__(milliseconds)
+
     @staticmethod
     def milliseconds(milliseconds: int) -> "Time":
         return Time(milliseconds)

@@ -90,9 +90,9 @@ class ListTypeInfo(TypeInformation):
 
 
 class MapTypeInfo(TypeInformation):
-    def __init__(self, key_type, value_type):
-        self.key_type = key_type
-        self.value_type = value_type
+    def __init__(self, key_type_info, value_type_info):  # PyFlink's parameter names
+        key_type = self.key_type = key_type_info
+        value_type = self.value_type = value_type_info
         arrow = pa.map_(key_type.arrow_type, value_type.arrow_type) if key_type.arrow_type and value_type.arrow_type else None
         super().__init__(f"MAP<{key_type.name}, {value_type.name}>", arrow)
 
