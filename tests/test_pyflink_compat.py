@@ -412,6 +412,30 @@ def test_smaller_pyflink_names_behave_as_pyflink_s():
         StreamExecutionEnvironment.get_execution_environment().register_cached_file("/tmp/x", "x")
 
 
+def test_with_timestamp_assigner_sets_the_assigner_on_the_strategy_as_pyflink_does():
+    """PyFlink's ``with_timestamp_assigner`` changes the strategy and returns it, so a job may call it
+    without using the result; a stream built before keeps the assigner it was built with."""
+    from keyspan.common import Duration
+    from keyspan.connectors.driver_sinks import CollectSink
+    from keyspan.datastream.functions import ProcessFunction
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0))
+    assert strategy.with_timestamp_assigner(lambda r, _: r[1]) is strategy
+    by_second = env.from_collection([("a", 5), ("b", 20)]).assign_timestamps_and_watermarks(strategy)
+    strategy.with_timestamp_assigner(lambda r, _: 100 - r[1])  # changes the strategy, not the stream built above
+    by_reversed = env.from_collection([("c", 5), ("d", 20)]).assign_timestamps_and_watermarks(strategy)
+
+    class Stamp(ProcessFunction):
+        def process_element(self, value, ctx):
+            yield value[0], ctx.timestamp()
+
+    sink = CollectSink()
+    by_second.union(by_reversed).process(Stamp()).sink_to(sink)
+    env.execute("assigners")
+    assert sorted(sink.results()) == [("a", 5), ("b", 20), ("c", 95), ("d", 80)]
+
+
 def test_pyflink_s_enums_are_enums_with_its_members():
     """``CheckpointingMode`` and ``PredefinedOptions`` are ``Enum``s with PyFlink's members and values
     (``.name``, iteration and ``CheckpointingMode(0)`` work as on PyFlink); the configuration key

@@ -52,11 +52,14 @@ class WatermarkStrategy:
         return WatermarkStrategy(None)
 
     def with_timestamp_assigner(self, timestamp_assigner: TimestampAssigner) -> "WatermarkStrategy":
+        """Sets the assigner on this strategy and returns it, as PyFlink does (a stream already built with
+        the strategy keeps the assigner it had)."""
         if not isinstance(timestamp_assigner, TimestampAssigner):
             if not callable(timestamp_assigner):
                 raise TypeError("with_timestamp_assigner needs a TimestampAssigner")
             timestamp_assigner = _CallableAssigner(timestamp_assigner)
-        return WatermarkStrategy(self.bound_ms, timestamp_assigner, self.idleness_ms)
+        self.timestamp_assigner = timestamp_assigner
+        return self
 
     def with_idleness(self, idle_timeout: Duration) -> "WatermarkStrategy":
         idle = _millis(idle_timeout, "idle_timeout")

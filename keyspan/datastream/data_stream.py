@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Union
 
 from keyspan.common.clock import LONG_MAX
@@ -271,8 +272,9 @@ class DataStream:
 
         if not isinstance(watermark_strategy, WatermarkStrategy):
             raise TypeError(f"assign_timestamps_and_watermarks needs a WatermarkStrategy, got {watermark_strategy!r}")
-        return DataStream(self._env, self._add(OperatorKind.TIMESTAMPS, "Timestamps/Watermarks", watermark_strategy,
-                                               self._t.output_type))
+        # a copy: the strategy's later changes (with_timestamp_assigner) do not reach this stream, as in PyFlink
+        return DataStream(self._env, self._add(OperatorKind.TIMESTAMPS, "Timestamps/Watermarks",
+                                               copy.copy(watermark_strategy), self._t.output_type))
 
     def window_all(self, window_assigner):
         """Windows over the whole (non-keyed) stream, evaluated by one subtask, as in Flink."""

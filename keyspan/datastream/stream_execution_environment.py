@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 from keyspan.common.configuration import Configuration
@@ -358,7 +359,7 @@ class StreamExecutionEnvironment:
         if type_info is None and hasattr(source, "get_produced_type"):  # as Flink asks a source for its type
             type_info = source.get_produced_type()
         t = self._add_transformation(OperatorKind.SOURCE, source_name, [], output_type=type_info, spec=source)
-        t.spec.watermark_strategy = watermark_strategy
+        t.spec.watermark_strategy = copy.copy(watermark_strategy)  # as assign_timestamps_and_watermarks
         return DataStream(self, t)
 
     def add_source(self, source_func, source_name: str = "Custom Source", type_info=None) -> DataStream:
