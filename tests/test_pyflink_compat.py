@@ -436,6 +436,33 @@ def test_with_timestamp_assigner_sets_the_assigner_on_the_strategy_as_pyflink_do
     assert sorted(sink.results()) == [("a", 5), ("b", 20), ("c", 95), ("d", 80)]
 
 
+def test_one_source_object_feeds_two_streams_each_with_its_own_strategy():
+    """``from_source`` twice on one source object, each time with another timestamp assigner: each
+    stream gets its own timestamps (the second call once replaced the first stream's strategy)."""
+    from keyspan.common import Duration
+    from keyspan.connectors.driver_sinks import CollectSink
+    from keyspan.datastream.connectors.number_seq import NumberSequenceSource
+    from keyspan.datastream.functions import ProcessFunction
+
+    class Stamp(ProcessFunction):
+        def __init__(self, tag):
+            self.tag = tag
+
+        def process_element(self, value, ctx):
+            yield self.tag, value, ctx.timestamp()
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    source = NumberSequenceSource(1, 3)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0))
+    tens = env.from_source(source, strategy.with_timestamp_assigner(lambda v, _: v * 10), "tens")
+    thousands = env.from_source(source, strategy.with_timestamp_assigner(lambda v, _: v * 1000), "thousands")
+    sink = CollectSink()
+    tens.process(Stamp("tens")).union(thousands.process(Stamp("thousands"))).sink_to(sink)
+    env.execute("one source, two strategies")
+    assert sorted(sink.results()) == [("tens", 1, 10), ("tens", 2, 20), ("tens", 3, 30),
+                                      ("thousands", 1, 1000), ("thousands", 2, 2000), ("thousands", 3, 3000)]
+
+
 def test_pyflink_s_enums_are_enums_with_its_members():
     """``CheckpointingMode`` and ``PredefinedOptions`` are ``Enum``s with PyFlink's members and values
     (``.name``, iteration and ``CheckpointingMode(0)`` work as on PyFlink); the configuration key

@@ -358,9 +358,12 @@ class StreamExecutionEnvironment:
     def from_source(self, source, watermark_strategy=None, source_name: str = "Source", type_info=None) -> DataStream:
         if type_info is None and hasattr(source, "get_produced_type"):  # as Flink asks a source for its type
             type_info = source.get_produced_type()
-        t = self._add_transformation(OperatorKind.SOURCE, source_name, [], output_type=type_info, spec=source)
-        t.spec.watermark_strategy = copy.copy(watermark_strategy)  # as assign_timestamps_and_watermarks
-        return DataStream(self, t)
+        # each stream reads its own copy of the source with its own strategy: one source object may feed
+        # several streams (as in PyFlink), and the strategy's later changes do not reach this stream
+        spec = copy.copy(source)
+        spec.watermark_strategy = copy.copy(watermark_strategy)
+        return DataStream(self, self._add_transformation(OperatorKind.SOURCE, source_name, [], output_type=type_info,
+                                                         spec=spec))
 
     def add_source(self, source_func, source_name: str = "Custom Source", type_info=None) -> DataStream:
         """PyFlink's legacy entry for source functions such as ``FlinkKafkaConsumer``; a Java
