@@ -463,6 +463,28 @@ def test_one_source_object_feeds_two_streams_each_with_its_own_strategy():
                                       ("thousands", 1, 1000), ("thousands", 2, 2000), ("thousands", 3, 3000)]
 
 
+def test_one_function_object_in_two_operators_keeps_two_sets_of_attributes():
+    """PyFlink serializes each operator's function on its own: a ``MapFunction`` object given to two
+    chained operators counts each operator's records separately (keyspan once counted both together)."""
+    from keyspan.connectors.driver_sinks import CollectSink
+
+    class Counter(MapFunction):
+        def open(self, runtime_context):
+            self.n = 100
+
+        def map(self, value):
+            self.n += 1
+            return value, self.n
+
+    env = StreamExecutionEnvironment.get_execution_environment().set_parallelism(1)
+    counter, first, second = Counter(), CollectSink(), CollectSink()
+    words = env.from_collection(["a", "b", "c"])
+    words.map(counter).sink_to(first)
+    words.map(counter).sink_to(second)
+    env.execute("one function, two operators")
+    assert first.results() == second.results() == [("a", 101), ("b", 102), ("c", 103)]
+
+
 def test_pyflink_s_enums_are_enums_with_its_members():
     """``CheckpointingMode`` and ``PredefinedOptions`` are ``Enum``s with PyFlink's members and values
     (``.name``, iteration and ``CheckpointingMode(0)`` work as on PyFlink); the configuration key

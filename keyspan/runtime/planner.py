@@ -9,6 +9,7 @@ directly and its key selector only picks columns, the key group is computed in t
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -391,8 +392,10 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
 
     def add_op(stage: Stage, t: Transformation, kind: str) -> OpSpec:
         uid, generated = uids[t.id]
-        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=runtime_function(t.function, vectorize, batch),
-                    origins=sorted(origins_of(t)))
+        function = runtime_function(t.function, vectorize, batch)
+        if kind in _USER_FUNCTION_KINDS:
+            function = _own_copy(function)
+        op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=function, origins=sorted(origins_of(t)))
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy
             op.split = 0 if stage.source is not None else None
@@ -571,6 +574,21 @@ def _decided_parallelism(transformations, adaptive: AdaptiveBatch, default_paral
 # refused above) are round robin: on Spark no task is closer to another for a local round robin
 _PARTITIONING_EXITS = {"rebalance": ExitKind.REBALANCE, "rescale": ExitKind.REBALANCE, "forward": ExitKind.REBALANCE,
                        "shuffle": ExitKind.SHUFFLE, "broadcast": ExitKind.BROADCAST, "custom": ExitKind.CUSTOM}
+
+
+_USER_FUNCTION_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS,
+                        OperatorKind.ASYNC_WAIT, OperatorKind.KEYED_PROCESS, OperatorKind.BROADCAST_PROCESS,
+                        OperatorKind.KEYED_BROADCAST_PROCESS, OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)
+
+
+def _own_copy(function):
+    """The operator's own copy of its function: PyFlink serializes each operator's function on its own,
+    so one function object given to two operators keeps two sets of attributes (what ``open`` sets,
+    counters). A stage's operators are pickled together, which would keep them one object."""
+    try:
+        return copy.deepcopy(function)
+    except Exception:  # e.g. it holds a lock or a client: shipped as it is
+        return function
 
 
 def _driver_exit(stage: Stage) -> None:
