@@ -38,13 +38,16 @@ def _as_declared(value, t, received: bool):
         return value
 
 
-def printed_row(row, t: RowTypeInfo) -> str:
-    """A record of a stream of rows as PyFlink's ``print()`` writes it (``+I[ann,3,True,None]``);
-    a record that is not a row of ``t``'s shape is written as Python's ``str``."""
-    try:
-        row = _converted(row, t, received=True)
-    except (TypeError, ValueError):
-        return str(row)
+def printed_row(row, t: RowTypeInfo, as_returned: bool = False) -> str:
+    """A record of a stream of rows as PyFlink's ``print()`` writes it (``+I[ann,3,True,None]``): the
+    row as its type's serializer gives it back, or ``as_returned`` by the function before the print
+    (``PrintSink.with_rows_as_returned``); a record that is not a row of ``t``'s shape is written as
+    Python's ``str``."""
+    if not (as_returned and isinstance(row, Row)):
+        try:
+            row = _converted(row, t, received=True)
+        except (TypeError, ValueError):
+            return str(row)
     return f"{row.get_row_kind()}[{','.join(map(str, row))}]"
 
 

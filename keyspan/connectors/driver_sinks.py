@@ -30,15 +30,24 @@ class PrintSink(DriverSink):
     def __init__(self, sink_identifier: str | None = None, type_info=None):
         self.sink_identifier = sink_identifier
         self.type_info = type_info
+        self.rows_as_returned = False
 
     def for_input_type(self, type_info) -> "PrintSink":
         return PrintSink(self.sink_identifier, type_info)
+
+    def with_rows_as_returned(self) -> "PrintSink":
+        """This sink printing each row as the function before it returned it: PyFlink turns rows into
+        text in a Python map that it fuses with the operator before it when it can, and the row then
+        skips the declared type's serializer (a ``FLOAT`` keeps its double value, a nested row its own repr)."""
+        sink = PrintSink(self.sink_identifier, self.type_info)
+        sink.rows_as_returned = True
+        return sink
 
     def deliver(self, records_by_subtask, parallelism):
         out = sys.stdout
         t = self.type_info
         rows = isinstance(t, RowTypeInfo) and not isinstance(t, RowDataTypeInfo)  # RowData prints as Java's
-        text = partial(printed_row, t=t) if rows else text_of(t)
+        text = partial(printed_row, t=t, as_returned=self.rows_as_returned) if rows else text_of(t)
         for subtask in sorted(records_by_subtask):
             prefix = ""
             if self.sink_identifier:

@@ -28,6 +28,7 @@ from keyspan.datastream.transformation import (
     assign_uids,
     user_function,
 )
+from keyspan.common.java_values import received_form
 from keyspan.io import serde
 from keyspan.runtime.operators import runtime_function
 from keyspan.runtime.protocol import DRIVER_EXIT
@@ -83,6 +84,8 @@ class OpSpec:
     # chunks name theirs: a Kafka partition), else the subtask
     error_policy: Any = None  # a source's ErrorPolicy when its records may carry DeadLetters
     key_type: Any = None  # a keyed operator's key_by key_type: user code gets the key as PyFlink decodes it
+    output_forms: dict = field(default_factory=dict)  # output (None: main, else a side output's tag) → what its
+    # values become before the next function of the chain gets them: see fused_with_its_consumer
 
 
 @dataclass
@@ -358,6 +361,28 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
                              f"parallelism {parallelism(up)}, '{t.name}' {parallelism(t)}; use rebalance() instead")
         return True
 
+    def fused_with_its_consumer(t: Transformation) -> bool:
+        """Whether PyFlink's optimizer fuses ``t``'s Python operator with the one after it, which then
+        gets ``t``'s values as its function returned them; otherwise they pass through the declared
+        type's serializer first (PyFlink's ``PythonOperatorChainingOptimizer``). It fuses a
+        non-keyed one-input Python operator (map, flat_map, filter, process; ``print()`` of rows is
+        one, at the job's parallelism) into the operator before it when that is its only consumer
+        (no second one, no side output read), through forward partitionings only, at the same
+        parallelism, chaining allowed."""
+        if t.kind not in _FUSING_KINDS:
+            return False
+        after = t
+        while True:
+            if len(consumers[after.id]) != 1:
+                return False
+            after = consumers[after.id][0]
+            if not (after.kind == OperatorKind.PARTITION and after.spec.strategy == "forward"):
+                break
+        if after.kind == OperatorKind.SINK:  # print()'s Python map runs at the job's parallelism
+            return hasattr(after.spec, "with_rows_as_returned") and parallelism(t) == default_parallelism
+        return (after.kind in _FUSED_KINDS and parallelism(after) == parallelism(t) and chaining
+                and t.chaining != "never" and after.chaining == "always")
+
     def chained(t: Transformation) -> bool:
         ins = physical_inputs(t)
         if len(t.inputs) == 1 and t.inputs[0].kind == OperatorKind.PARTITION and not forwarded(t):
@@ -396,6 +421,11 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
         if kind in _USER_FUNCTION_KINDS:
             function = _own_copy(function)
         op = OpSpec(len(stage.plan.ops), uid, generated, t.name, kind, function=function, origins=sorted(origins_of(t)))
+        if kind in _FUSING_KINDS and not fused_with_its_consumer(t):
+            op.output_forms[None] = received_form(t.output_type)
+        for c in consumers[t.id]:  # get_side_output reads a side output by its tag's type: never fused
+            if c.kind == OperatorKind.SIDE_OUTPUT:
+                op.output_forms[c.spec.tag_id] = received_form(c.output_type)
         if kind == OperatorKind.TIMESTAMPS or (kind == OperatorKind.SOURCE and getattr(t.spec, "watermark_strategy", None)):
             op.watermark_strategy = t.function if kind == OperatorKind.TIMESTAMPS else t.spec.watermark_strategy
             op.split = 0 if stage.source is not None else None
@@ -413,7 +443,10 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             else:
                 op.kind = OperatorKind.DRIVER_SINK
                 op.driver_sink_index = len(driver_sinks)
-                driver_sinks.append(DriverSinkSpec(t.spec, parallelism(t), stage.plan.parallelism))
+                sink = t.spec
+                if hasattr(sink, "with_rows_as_returned") and fused_with_its_consumer(physical_inputs(t)[0]):
+                    sink = sink.with_rows_as_returned()
+                driver_sinks.append(DriverSinkSpec(sink, parallelism(t), stage.plan.parallelism))
         stage.plan.ops.append(op)
         stage_of[t.id] = stage.plan.stage_id
         op_index[t.id] = op.index
@@ -576,6 +609,10 @@ _PARTITIONING_EXITS = {"rebalance": ExitKind.REBALANCE, "rescale": ExitKind.REBA
                        "shuffle": ExitKind.SHUFFLE, "broadcast": ExitKind.BROADCAST, "custom": ExitKind.CUSTOM}
 
 
+# PyFlink fuses an operator of _FUSED_KINDS into one of _FUSING_KINDS before it (fused_with_its_consumer)
+_FUSING_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS,
+                 OperatorKind.KEYED_PROCESS, OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)
+_FUSED_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS)
 _USER_FUNCTION_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS,
                         OperatorKind.ASYNC_WAIT, OperatorKind.KEYED_PROCESS, OperatorKind.BROADCAST_PROCESS,
                         OperatorKind.KEYED_BROADCAST_PROCESS, OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)

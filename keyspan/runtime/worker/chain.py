@@ -99,11 +99,12 @@ class OperatorChain:
         def emitter_for(op):
             if op.index in emitters:
                 return emitters[op.index]
-            main = [self._target(kind, ref, emitter_for) for kind, ref, tag in op.outputs if tag is None]
+            forms = op.output_forms
+            main = [self._target(kind, ref, emitter_for, forms.get(None)) for kind, ref, tag in op.outputs if tag is None]
             side: dict[str, list] = {}
             for kind, ref, tag in op.outputs:
                 if tag is not None:
-                    side.setdefault(tag, []).append(self._target(kind, ref, emitter_for))
+                    side.setdefault(tag, []).append(self._target(kind, ref, emitter_for, forms.get(tag)))
             fn = fan_out(main)
             if op.kind in SIDE_OUTPUT_KINDS:
                 fn = with_side_outputs(fn, {tag: fan_out(targets) for tag, targets in side.items()})
@@ -112,10 +113,16 @@ class OperatorChain:
 
         self.entry = [self._processor(plan.ops[i], emitter_for) for i in plan.entry]
 
-    def _target(self, kind, ref, emitter_for):
+    def _target(self, kind, ref, emitter_for, form=None):
+        """``form``: what the sending operator's values become before the function of operator ``ref`` of
+        this chain gets them (``OpSpec.output_forms``; an exit's receiver and a sink convert them themselves)."""
         if kind == "exit":
             return self._exit(ref)
-        return self._processor(self.plan.ops[ref], emitter_for)
+        op = self.plan.ops[ref]
+        process = self._processor(op, emitter_for)
+        if form is None or op.kind in (OperatorKind.SINK, OperatorKind.DRIVER_SINK):
+            return process
+        return lambda value: process(form(value))
 
     def _exit(self, exit_id):
         if exit_id in self.exits:
