@@ -17,6 +17,7 @@ from typing import Any
 
 from enum import StrEnum
 
+from keyspan.common.java_values import received_form
 from keyspan.datastream.functions import CheckpointedFunction
 from keyspan.datastream.transformation import (
     BROADCAST_KINDS,
@@ -28,7 +29,6 @@ from keyspan.datastream.transformation import (
     assign_uids,
     user_function,
 )
-from keyspan.common.java_values import received_form
 from keyspan.io import serde
 from keyspan.runtime.operators import runtime_function
 from keyspan.runtime.protocol import DRIVER_EXIT
@@ -378,10 +378,11 @@ def compile_graph(transformations: list[Transformation], default_parallelism: in
             after = consumers[after.id][0]
             if not (after.kind == OperatorKind.PARTITION and after.spec.strategy == "forward"):
                 break
+        if not chaining or t.chaining == "never":
+            return False
         if after.kind == OperatorKind.SINK:  # print()'s Python map runs at the job's parallelism
             return hasattr(after.spec, "with_rows_as_returned") and parallelism(t) == default_parallelism
-        return (after.kind in _FUSED_KINDS and parallelism(after) == parallelism(t) and chaining
-                and t.chaining != "never" and after.chaining == "always")
+        return after.kind in _FUSED_KINDS and parallelism(after) == parallelism(t) and after.chaining == "always"
 
     def chained(t: Transformation) -> bool:
         ins = physical_inputs(t)
