@@ -614,9 +614,8 @@ _PARTITIONING_EXITS = {"rebalance": ExitKind.REBALANCE, "rescale": ExitKind.REBA
 _FUSING_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS,
                  OperatorKind.KEYED_PROCESS, OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)
 _FUSED_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS)
-_USER_FUNCTION_KINDS = (OperatorKind.MAP, OperatorKind.FLAT_MAP, OperatorKind.FILTER, OperatorKind.PROCESS,
-                        OperatorKind.ASYNC_WAIT, OperatorKind.KEYED_PROCESS, OperatorKind.BROADCAST_PROCESS,
-                        OperatorKind.KEYED_BROADCAST_PROCESS, OperatorKind.CO_PROCESS, OperatorKind.KEYED_CO_PROCESS)
+_USER_FUNCTION_KINDS = _FUSING_KINDS + (OperatorKind.ASYNC_WAIT, OperatorKind.BROADCAST_PROCESS,
+                                        OperatorKind.KEYED_BROADCAST_PROCESS)
 
 
 def _own_copy(function):
