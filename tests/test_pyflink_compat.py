@@ -756,6 +756,26 @@ def test_methods_take_pyflink_s_keyword_argument_names():
     assert type(sink.rolling_policy).__name__ == "OnCheckpointRollingPolicy"
 
 
+def test_max_concurrent_checkpoints_is_a_limit_keyspan_s_one_at_a_time_meets():
+    """Flink's ``set_max_concurrent_checkpoints(n)`` caps concurrent checkpoints; keyspan takes them one at
+    a time, within any cap of at least one, so a PyFlink job setting 2 runs unchanged."""
+    from keyspan.datastream import CheckpointConfig
+
+    config = CheckpointConfig()
+    assert config.get_max_concurrent_checkpoints() == 1
+    assert config.set_max_concurrent_checkpoints(2) is config
+    assert config.get_max_concurrent_checkpoints() == 2
+    with pytest.raises(ValueError, match=">= 1"):
+        config.set_max_concurrent_checkpoints(0)
+    from keyspan.common import Configuration
+    from keyspan.datastream import StreamExecutionEnvironment
+
+    configured = Configuration()
+    configured.set_string("execution.checkpointing.max-concurrent-checkpoints", "3")
+    env = StreamExecutionEnvironment.get_execution_environment(configured)
+    assert env.get_checkpoint_config().get_max_concurrent_checkpoints() == 3
+
+
 JOB_FILE_CLASSES = '''
 from collections import namedtuple
 from dataclasses import dataclass

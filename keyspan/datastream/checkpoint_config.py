@@ -22,6 +22,7 @@ class CheckpointConfig:
         self.storage_options: dict = {}
         self.num_retained = 3
         self.tolerable_failures = 0
+        self.max_concurrent = 1
         self.max_delta_chain = 32
         self.min_pause_ms = 0
         self.timeout_ms = 10 * 60 * 1000
@@ -180,12 +181,15 @@ class CheckpointConfig:
         return self.tolerable_failures
 
     def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> "CheckpointConfig":
-        if max_concurrent_checkpoints != 1:
-            raise ValueError("keyspan checkpoints every epoch in order: max concurrent checkpoints is 1")
+        """A limit, as in Flink: keyspan checkpoints its epochs one at a time, in order, which any limit
+        of at least one allows."""
+        if max_concurrent_checkpoints < 1:
+            raise ValueError("max concurrent checkpoints must be >= 1")
+        self.max_concurrent = int(max_concurrent_checkpoints)
         return self
 
     def get_max_concurrent_checkpoints(self) -> int:
-        return 1
+        return self.max_concurrent
 
     def set_num_retained_checkpoints(self, number: int) -> "CheckpointConfig":
         """keyspan: how many completed checkpoints keep their files (Flink's state.checkpoints.num-retained)."""

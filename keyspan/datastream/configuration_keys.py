@@ -83,6 +83,8 @@ SUPPORTED = {
         lambda env, k, v: env.get_checkpoint_config().set_checkpoint_timeout(duration_ms(k, v)),
     "execution.checkpointing.tolerable-failed-checkpoints":
         lambda env, k, v: env.get_checkpoint_config().set_tolerable_checkpoint_failure_number(int(v)),
+    "execution.checkpointing.max-concurrent-checkpoints":
+        lambda env, k, v: env.get_checkpoint_config().set_max_concurrent_checkpoints(_positive(k, v)),
     "execution.checkpointing.mode": lambda env, k, v: env.get_checkpoint_config().set_checkpointing_mode(str(v)),
     "state.backend.type": lambda env, k, v: env.set_state_backend(_backend(k, v)),
     "state.backend": lambda env, k, v: env.set_state_backend(_backend(k, v)),
