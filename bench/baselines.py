@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from keyspan.runtime.session import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_MANAGER
+from keyspan.runtime.session import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_MANAGER, UNIX_SOCKETS
 
 EVENT_SCHEMA_DDL = "key long, value long"
 OUTPUT_SCHEMA_DDL = "key long, running_sum long"
@@ -50,7 +50,7 @@ _ROCKSDB_PROVIDER = (
 # --------------------------------------------------------------------------
 
 
-def make_spark(app_name: str = "keyspan-bench", cores: int = 2):
+def make_spark(app_name: str = "keyspan-bench", cores: int = 2, unix_sockets: bool = True):
     """Create (or reuse) a local SparkSession ``local[cores]`` for the baselines.
 
     Why each setting:
@@ -64,6 +64,9 @@ def make_spark(app_name: str = "keyspan-bench", cores: int = 2):
     * ``spark.sql.shuffle.partitions`` = cores: the default 200 would make every
       micro-batch run 200 tiny stateful tasks (and 200 RocksDB instances).
     * UI off and log level WARN: less noise and overhead for a benchmark.
+    * ``spark.python.unix.domain.socket.enabled``: the JVM talks to its Python workers over Unix
+      sockets, as in a session keyspan creates (``unix_sockets=False``: Spark's default, TCP, which
+      cost every Python task about 40 ms here; docs/deployment.md).
     * ``spark.sql.streaming.checkpointFileManagerClass`` = Hadoop ``FileSystem``
       based, as keyspan's own query runs on local disk
       (``keyspan.runtime.session.query_settings``): every peer writes its
@@ -94,6 +97,7 @@ def make_spark(app_name: str = "keyspan-bench", cores: int = 2):
         # Python workers are reused across tasks (default, made explicit): the
         # mapInArrow baseline keeps its dict in the worker process.
         .config("spark.python.worker.reuse", "true")
+        .config(UNIX_SOCKETS, str(unix_sockets).lower())
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
@@ -514,6 +518,40 @@ def cpu_seconds() -> dict[str, float]:
 def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU seconds spent between two ``cpu_seconds`` readings, by process kind (empty off Linux)."""
     return {name: after[name] - before[name] for name in ("jvm", "python workers", "driver") if name in after}
+
+
+def spark_stages(spark, start: float, end: float) -> dict[str, dict[str, float]]:
+    """What Spark's stages submitted between ``start`` and ``end`` (``time.time()``) cost, summed by
+    their side of the exchange: "before" (stages that write a shuffle: reading the source, and for
+    Spark's aggregation its partial aggregate) and "after" (stages that read it: keyspan's keyed
+    Python stage, Spark's final aggregate and state store). Read from Spark's status store, which
+    keeps every stage's metrics whether or not its UI is on (``spark.ui.retainedStages`` of them)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    defaults = [getattr(store, f"stageList$default${i}")() for i in range(2, 6)]
+    stages = store.stageList(None, *defaults)
+    sides = {side: {"stages": 0, "wall s": 0.0, "task s": 0.0, "JVM CPU s": 0.0, "shuffle MB": 0.0}
+             for side in ("before", "after")}
+    for i in range(stages.size()):
+        stage = stages.apply(i)
+        submitted, completed = stage.submissionTime(), stage.completionTime()
+        if submitted.isEmpty() or completed.isEmpty():
+            continue
+        began, ended = submitted.get().getTime() / 1000, completed.get().getTime() / 1000
+        if not start <= began < end:
+            continue
+        side = sides["before" if stage.shuffleWriteBytes() else "after"]
+        side["stages"] += 1
+        side["wall s"] += ended - began
+        side["task s"] += stage.executorRunTime() / 1000
+        side["JVM CPU s"] += stage.executorCpuTime() / 1e9
+        side["shuffle MB"] += (stage.shuffleWriteBytes() + stage.shuffleReadBytes()) / 2 / 1e6
+    return sides
+
+
+def format_stages(sides: dict[str, dict[str, float]]) -> str:
+    """``before the exchange: 10 stages, wall 0.42 s, tasks 0.55 s, JVM CPU 0.34 s, shuffle 16.1 MB; after …``."""
+    return "; ".join(f"{side} the exchange: {int(p['stages'])} stages, wall {p['wall s']:.2f} s, tasks {p['task s']:.2f} s, "
+                     f"JVM CPU {p['JVM CPU s']:.2f} s, shuffle {p['shuffle MB']:.1f} MB" for side, p in sides.items())
 
 
 def format_cpu(spent: dict[str, float]) -> str:

@@ -3,7 +3,7 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
 
     python bench/fast_aggregation.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 1]
                                      [--skip-sum] [--skip-windows] [--window-source spark|file] [--pyflink]
-                                     [--any-worker]
+                                     [--any-worker] [--python-workers-over-tcp]
 
 1. Rolling sum per key. keyspan: ``from_spark`` (one file per epoch) → ``key_by(key).sum("value")`` →
    DiscardingSink, a checkpoint every epoch; one output per event (Flink's semantics); the final
@@ -29,7 +29,11 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    also runs the fast path with ``set_python_worker_per_subtask(False)`` (Spark hands each task to any
    idle Python worker, which first applies what the other worker changed). Each run's CPU
    seconds are printed too, split between the Spark JVM, its Python workers and this process
-   (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to.
+   (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to. So do
+   Spark's stage metrics of each run, printed last (``bench.baselines.spark_stages``): the stages
+   before the exchange (reading, routing, for Spark its partial aggregate) and after it (keyspan's
+   keyed Python stage; Spark's final aggregate and state store). ``--python-workers-over-tcp``: Spark's
+   default link to its Python workers instead of the Unix sockets keyspan sets.
 
 3. ``--operator-only``: the aggregation step alone, without Spark — the rolling-sum operator over
    the same events in chunks of 16 k records, on the heap backend, per-record (``process_element``
@@ -55,7 +59,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.baselines import (  # noqa: E402
-    WARM_UP_EVENTS, cpu_seconds, cpu_spent, expected_sums, format_cpu, generate_events, make_spark, warm_up_shape,
+    WARM_UP_EVENTS, cpu_seconds, cpu_spent, expected_sums, format_cpu, format_stages, generate_events, make_spark,
+    spark_stages, warm_up_shape,
 )
 from bench.windowed import (  # noqa: E402
     BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, differences, generate, run_spark, ts_of,
@@ -210,6 +215,7 @@ def windows(spark, args, work: str) -> None:
         variants.append(("fast, any worker", True, False))
     rates = {**{name: [] for name, _, _ in variants}, "spark": []}
     cpu = {name: [] for name in rates}  # CPU seconds of each run, by process kind
+    spans = {name: [] for name in rates}  # (start, end) of each timed run, for Spark's stage metrics
     def job_name(variant: str, run) -> str:
         return f"windows-{variant.replace(', ', '-').replace(' ', '-')}-{run}"
 
@@ -220,18 +226,20 @@ def windows(spark, args, work: str) -> None:
             f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
     for i in range(args.repeats):
         for name, vectorize, own in variants:
-            before = cpu_seconds()
+            before, began = cpu_seconds(), time.time()
             job = job_name(name, i)
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own,
                                     collect=False)
             cpu[name].append(cpu_spent(before, cpu_seconds()))
+            spans[name].append((began, time.time()))
             assert r["events"] == args.events, f"{name}: {r['events']:,} events read"
             assert (r["vectorized"] > 0) == vectorize, f"{name}: {r['vectorized']} records took the fast path"
             print(f"  {name}: {r['vectorized']:,} of {r['events']:,} records on the fast path", flush=True)
             rates[name].append(r["rate"])
-        before = cpu_seconds()
+        before, began = cpu_seconds(), time.time()
         p = run_spark(spark, data_dir, os.path.join(work, f"spw-{i}"), HDFS, 2)
         cpu["spark"].append(cpu_spent(before, cpu_seconds()))
+        spans["spark"].append((began, time.time()))
         assert p["events"] == args.events and p["rows_out"] == spark_expected, p
         rates["spark"].append(p["rate"])
         print(f"run {i}: " + "  ".join(f"{n} {v[-1]:,.0f} ev/s" for n, v in rates.items()) + f"  ({load()})",
@@ -255,6 +263,12 @@ def windows(spark, args, work: str) -> None:
         print("CPU per run (median): " + "; ".join(
             f"{n}: " + format_cpu({part: statistics.median(run[part] for run in c) for part in c[0]})
             for n, c in cpu.items()), flush=True)
+    print("Spark's stages per run (median; before the exchange: reading the source, and Spark's partial aggregate; "
+          "after it: keyspan's keyed stage with its Python workers, Spark's final aggregate and state store):")
+    for name, runs in spans.items():
+        per_run = [spark_stages(spark, *span) for span in runs]
+        print(f"  {name}: " + format_stages({side: {part: statistics.median(r[side][part] for r in per_run)
+                                                    for part in per_run[0][side]} for side in per_run[0]}), flush=True)
 
 
 # --- the operator alone ------------------------------------------------------------------------------------
@@ -461,13 +475,15 @@ def main():
                     "(bench/pyflink_peer.py, in a venv with apache-flink)")
     ap.add_argument("--pyflink-python", default="/work/pyflink-venv/bin/python",
                     help="the python of a venv with apache-flink")
+    ap.add_argument("--python-workers-over-tcp", action="store_true",
+                    help="Spark's default link to its Python workers (TCP) instead of Unix sockets, as keyspan sets it")
     args = ap.parse_args()
     if args.operator_only:
         operator_only(args)
         return
     work = tempfile.mkdtemp(prefix="keyspan-fastagg-")
     try:
-        spark = make_spark(cores=2)
+        spark = make_spark(cores=2, unix_sockets=not args.python_workers_over_tcp)
         if not args.skip_sum:
             rolling_sum(spark, args, work)
         if not args.skip_windows:

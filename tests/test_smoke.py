@@ -8,6 +8,7 @@ from keyspan.runtime.session import (
     ARROW_NO_BYTE_CAP,
     CHECKPOINT_FILE_MANAGER,
     FILE_SYSTEM_MANAGER,
+    UNIX_SOCKETS,
 )
 
 
@@ -136,3 +137,14 @@ def test_source_tasks_leave_their_python_workers_reusable(env):
     out = env.from_collection(list(range(40))).map(lambda v: (v, os.getpid())).execute_and_collect(limit=100)
     assert sorted(v for v, _ in out) == list(range(40))  # 10 epochs, 2 source tasks each
     assert len({pid for _, pid in out}) <= 4, sorted({pid for _, pid in out})
+
+
+def test_python_workers_talk_to_spark_over_unix_sockets(env, spark):
+    """A session keyspan creates links Spark's JVM to its Python workers through Unix sockets: over
+    TCP every Python task waited ~40 ms more, which doubled a small epoch (docs/deployment.md)."""
+    import os
+
+    assert spark.sparkContext.getConf().get(UNIX_SOCKETS) == "true"
+    out = env.from_collection([1, 2, 3]).map(lambda v: (v, os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower())) \
+        .execute_and_collect(limit=10)
+    assert sorted(out) == [(1, "true"), (2, "true"), (3, "true")]
