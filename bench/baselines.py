@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from keyspan.runtime.session import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_MANAGER, UNIX_SOCKETS
+from keyspan.runtime.session import CHECKPOINT_FILE_MANAGER, DAEMON, DAEMON_MODULE, FILE_SYSTEM_MANAGER, UNIX_SOCKETS
 
 EVENT_SCHEMA_DDL = "key long, value long"
 OUTPUT_SCHEMA_DDL = "key long, running_sum long"
@@ -98,6 +98,7 @@ def make_spark(app_name: str = "keyspan-bench", cores: int = 2, unix_sockets: bo
         # mapInArrow baseline keeps its dict in the worker process.
         .config("spark.python.worker.reuse", "true")
         .config(UNIX_SOCKETS, str(unix_sockets).lower())
+        .config(DAEMON_MODULE, DAEMON)  # keyspan's: PySpark's daemon, without a trace per worker at spark.stop()
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
@@ -544,7 +545,7 @@ def spark_stages(spark, start: float, end: float) -> dict[str, dict[str, float]]
         side["wall s"] += ended - began
         side["task s"] += stage.executorRunTime() / 1000
         side["JVM CPU s"] += stage.executorCpuTime() / 1e9
-        side["shuffle MB"] += (stage.shuffleWriteBytes() + stage.shuffleReadBytes()) / 2 / 1e6
+        side["shuffle MB"] += max(stage.shuffleWriteBytes(), stage.shuffleReadBytes()) / 1e6  # written, or read
     return sides
 
 
