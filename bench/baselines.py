@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from keyspan.runtime.session import CHECKPOINT_FILE_MANAGER, DAEMON, DAEMON_MODULE, FILE_SYSTEM_MANAGER, UNIX_SOCKETS
+from keyspan.runtime.session import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_MANAGER
 
 EVENT_SCHEMA_DDL = "key long, value long"
 OUTPUT_SCHEMA_DDL = "key long, running_sum long"
@@ -50,7 +50,7 @@ _ROCKSDB_PROVIDER = (
 # --------------------------------------------------------------------------
 
 
-def make_spark(app_name: str = "keyspan-bench", cores: int = 2, unix_sockets: bool = True):
+def make_spark(app_name: str = "keyspan-bench", cores: int = 2, unix_sockets: bool = False):
     """Create (or reuse) a local SparkSession ``local[cores]`` for the baselines.
 
     Why each setting:
@@ -64,9 +64,9 @@ def make_spark(app_name: str = "keyspan-bench", cores: int = 2, unix_sockets: bo
     * ``spark.sql.shuffle.partitions`` = cores: the default 200 would make every
       micro-batch run 200 tiny stateful tasks (and 200 RocksDB instances).
     * UI off and log level WARN: less noise and overhead for a benchmark.
-    * ``spark.python.unix.domain.socket.enabled``: the JVM talks to its Python workers over Unix
-      sockets, as in a session keyspan creates (``unix_sockets=False``: Spark's default, TCP, which
-      cost every Python task about 40 ms here; docs/deployment.md).
+    * ``unix_sockets``: ``spark.python.unix.domain.socket.enabled``, the JVM talking to its Python
+      workers over Unix sockets instead of TCP (Spark's default, as in a session keyspan creates), which
+      saved every Python task about 40 ms here (docs/deployment.md, "Python workers over Unix sockets").
     * ``spark.sql.streaming.checkpointFileManagerClass`` = Hadoop ``FileSystem``
       based, as keyspan's own query runs on local disk
       (``keyspan.runtime.session.query_settings``): every peer writes its
@@ -97,8 +97,7 @@ def make_spark(app_name: str = "keyspan-bench", cores: int = 2, unix_sockets: bo
         # Python workers are reused across tasks (default, made explicit): the
         # mapInArrow baseline keeps its dict in the worker process.
         .config("spark.python.worker.reuse", "true")
-        .config(UNIX_SOCKETS, str(unix_sockets).lower())
-        .config(DAEMON_MODULE, DAEMON)  # keyspan's: PySpark's daemon, without a trace per worker at spark.stop()
+        .config("spark.python.unix.domain.socket.enabled", str(unix_sockets).lower())
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )

@@ -3,7 +3,7 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
 
     python bench/fast_aggregation.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 1]
                                      [--skip-sum] [--skip-windows] [--window-source spark|file] [--pyflink]
-                                     [--any-worker] [--python-workers-over-tcp]
+                                     [--any-worker] [--python-workers-over-unix-sockets]
 
 1. Rolling sum per key. keyspan: ``from_spark`` (one file per epoch) → ``key_by(key).sum("value")`` →
    DiscardingSink, a checkpoint every epoch; one output per event (Flink's semantics); the final
@@ -32,8 +32,8 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to. So do
    Spark's stage metrics of each run, printed last (``bench.baselines.spark_stages``): the stages
    before the exchange (reading, routing, for Spark its partial aggregate) and after it (keyspan's
-   keyed Python stage; Spark's final aggregate and state store). ``--python-workers-over-tcp``: Spark's
-   default link to its Python workers instead of the Unix sockets keyspan sets.
+   keyed Python stage; Spark's final aggregate and state store). ``--python-workers-over-unix-sockets``:
+   the JVM talks to its Python workers over Unix sockets instead of TCP, Spark's default.
 
 3. ``--operator-only``: the aggregation step alone, without Spark — the rolling-sum operator over
    the same events in chunks of 16 k records, on the heap backend, per-record (``process_element``
@@ -475,15 +475,16 @@ def main():
                     "(bench/pyflink_peer.py, in a venv with apache-flink)")
     ap.add_argument("--pyflink-python", default="/work/pyflink-venv/bin/python",
                     help="the python of a venv with apache-flink")
-    ap.add_argument("--python-workers-over-tcp", action="store_true",
-                    help="Spark's default link to its Python workers (TCP) instead of Unix sockets, as keyspan sets it")
+    ap.add_argument("--python-workers-over-unix-sockets", action="store_true",
+                    help="spark.python.unix.domain.socket.enabled: the JVM talks to its Python workers over Unix "
+                         "sockets instead of TCP, Spark's default (docs/deployment.md)")
     args = ap.parse_args()
     if args.operator_only:
         operator_only(args)
         return
     work = tempfile.mkdtemp(prefix="keyspan-fastagg-")
     try:
-        spark = make_spark(cores=2, unix_sockets=not args.python_workers_over_tcp)
+        spark = make_spark(cores=2, unix_sockets=args.python_workers_over_unix_sockets)
         if not args.skip_sum:
             rolling_sum(spark, args, work)
         if not args.skip_windows:

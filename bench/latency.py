@@ -2,7 +2,7 @@
 checkpoint committed, and where each epoch's time goes.
 
     python bench/latency.py [--intervals 100 1000 5000] [--rate 2000] [--file-every-ms 100] [--seconds 20] [--floor]
-                            [--python-workers-over-tcp]
+                            [--python-workers-over-unix-sockets]
 
 For each trigger interval a fresh unbounded job: ``FileSource.monitor_continuously()`` over JSON
 lines → ``key_by(key)`` → a ``KeyedProcessFunction`` with ``ValueState`` (running sum) → a driver
@@ -22,8 +22,8 @@ long the next epoch waited for them; and the wait between one batch's end and th
 the same number of rows, and a streaming query that does nothing at the last trigger, whose
 per-batch time is Spark's own bookkeeping (planning, offset log, commit log).
 
-The session's JVM talks to its Python workers over Unix sockets, as in a session keyspan creates;
-``--python-workers-over-tcp`` measures Spark's default (TCP) instead.
+``--python-workers-over-unix-sockets`` runs the session with the JVM talking to its Python workers
+over Unix sockets instead of TCP, Spark's default (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -202,12 +202,13 @@ def main():
                          "(0: every epoch as Spark jobs)")
     ap.add_argument("--floor", action="store_true",
                     help="then time Spark alone on an epoch's shape (same rows, no keyspan) and compare")
-    ap.add_argument("--python-workers-over-tcp", action="store_true",
-                    help="Spark's default link to its Python workers (TCP) instead of Unix sockets, as keyspan sets it")
+    ap.add_argument("--python-workers-over-unix-sockets", action="store_true",
+                    help="spark.python.unix.domain.socket.enabled: the JVM talks to its Python workers over Unix "
+                         "sockets instead of TCP, Spark's default (docs/deployment.md)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="keyspan-latency-")
     try:
-        spark = make_spark(cores=2, unix_sockets=not args.python_workers_over_tcp)
+        spark = make_spark(cores=2, unix_sockets=args.python_workers_over_unix_sockets)
         print(f"{args.rate:,} events/s over {args.keys:,} keys, a file every {args.file_every_ms} ms; running sum "
               f"per key, results delivered after each checkpoint commits; {args.seconds:.0f} s measured after "
               f"{args.warmup:.0f} s warm-up", flush=True)

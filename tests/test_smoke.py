@@ -7,9 +7,7 @@ from keyspan.runtime.session import (
     ARROW_MAX_BYTES,
     ARROW_NO_BYTE_CAP,
     CHECKPOINT_FILE_MANAGER,
-    DAEMON_MODULE,
     FILE_SYSTEM_MANAGER,
-    UNIX_SOCKETS,
 )
 
 
@@ -138,42 +136,3 @@ def test_source_tasks_leave_their_python_workers_reusable(env):
     out = env.from_collection(list(range(40))).map(lambda v: (v, os.getpid())).execute_and_collect(limit=100)
     assert sorted(v for v, _ in out) == list(range(40))  # 10 epochs, 2 source tasks each
     assert len({pid for _, pid in out}) <= 4, sorted({pid for _, pid in out})
-
-
-def test_python_workers_talk_to_spark_over_unix_sockets(env, spark):
-    """A session keyspan creates links Spark's JVM to its Python workers through Unix sockets: over
-    TCP every Python task waited ~40 ms more, which doubled a small epoch (docs/deployment.md)."""
-    import os
-
-    assert spark.sparkContext.getConf().get(UNIX_SOCKETS) == "true"
-    out = env.from_collection([1, 2, 3]).map(lambda v: (v, os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower())) \
-        .execute_and_collect(limit=10)
-    assert sorted(out) == [(1, "true"), (2, "true"), (3, "true")]
-
-
-QUIET_DAEMON = '''
-import os, socket
-os.environ["PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE"] = "true"  # as Spark starts its daemon
-from keyspan.runtime.worker import daemon
-for serve in (daemon.worker, daemon._serve):  # keyspan's, then PySpark's own
-    worker_end, jvm_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    jvm_end.close()  # the JVM stopped this worker while it waited for a task
-    try:
-        print(serve.__module__, "returned", serve(worker_end, True))
-    except BrokenPipeError:
-        print(serve.__module__, "raised BrokenPipeError")
-'''
-
-
-def test_keyspan_s_daemon_ends_a_worker_the_jvm_left_without_a_trace(spark):
-    """Over Unix sockets a worker whose socket Spark closed (idle for a minute, or the session stopped)
-    fails its last flush, and PySpark's daemon prints that trace on the terminal; keyspan's sessions run
-    PySpark's daemon through keyspan.runtime.worker.daemon, which ends the worker the same way, quietly.
-    A real PySpark worker on a real socket pair, in a process of its own (it resets signal handlers)."""
-    import subprocess
-    import sys
-
-    assert spark.sparkContext.getConf().get(DAEMON_MODULE) == "keyspan.runtime.worker.daemon"
-    run = subprocess.run([sys.executable, "-c", QUIET_DAEMON], capture_output=True, text=True, timeout=120)
-    assert run.stdout.splitlines() == ["keyspan.runtime.worker.daemon returned 1",
-                                       "pyspark.daemon raised BrokenPipeError"], run.stdout + run.stderr

@@ -290,7 +290,7 @@ class StreamExecutionEnvironment:
 
     def set_small_epochs_in_driver(self, max_records: int) -> "StreamExecutionEnvironment":
         """keyspan: run an epoch whose input holds at most ``max_records`` records in the driver process
-        instead of as Spark jobs (0, the default: never). Spark's jobs cost an epoch about 80 ms or more
+        instead of as Spark jobs (0, the default: never). Spark's jobs cost an epoch a few hundred ms
         whatever it holds; a small epoch takes the driver a few ms, so results of a small stream arrive
         sooner. Same results, checkpoints and guarantees; the driver then holds the state of the
         subtasks it ran. Only for jobs whose sources are all keyspan sources (docs/architecture.md)."""

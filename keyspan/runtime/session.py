@@ -97,8 +97,6 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
         "spark.sql.shuffle.partitions": str(cores),
         "spark.sql.adaptive.enabled": "false",
         "spark.python.worker.reuse": "true",
-        UNIX_SOCKETS: "true",
-        DAEMON_MODULE: DAEMON,
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
     if not ui:
@@ -125,9 +123,6 @@ def prepare_session(spark) -> None:
 
 
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
-UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
-DAEMON_MODULE = "spark.python.daemon.module"
-DAEMON = "keyspan.runtime.worker.daemon"  # PySpark's daemon, without a trace when the JVM leaves a worker's socket
 FILE_SYSTEM_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 ARROW_MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 ARROW_NO_BYTE_CAP = str(2**31 - 1)  # Spark's "no limit" for it: the one value that skips the size check
