@@ -520,32 +520,34 @@ def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return {name: after[name] - before[name] for name in ("jvm", "python workers", "driver") if name in after}
 
 
-def spark_stages(spark, start: float, end: float) -> dict[str, dict[str, float]]:
-    """What Spark's stages submitted between ``start`` and ``end`` (``time.time()``) cost, summed by
-    their side of the exchange: "before" (stages that write a shuffle: reading the source, and for
-    Spark's aggregation its partial aggregate) and "after" (stages that read it: keyspan's keyed
-    Python stage, Spark's final aggregate and state store). Read from Spark's status store, which
-    keeps every stage's metrics whether or not its UI is on (``spark.ui.retainedStages`` of them)."""
+def spark_stages(spark, spans: list[tuple[float, float]]) -> list[dict[str, dict[str, float]]]:
+    """What Spark's stages submitted in each (start, end) span (``time.time()``) cost, summed by their
+    side of the exchange: "before" (stages that write a shuffle: reading the source, and for Spark's
+    aggregation its partial aggregate) and "after" (stages that read it: keyspan's keyed Python stage,
+    Spark's final aggregate and state store). Read once from Spark's status store, which keeps every
+    stage's metrics whether or not its UI is on (``spark.ui.retainedStages`` of them)."""
     store = spark.sparkContext._jsc.sc().statusStore()
     defaults = [getattr(store, f"stageList$default${i}")() for i in range(2, 6)]
     stages = store.stageList(None, *defaults)
-    sides = {side: {"stages": 0, "wall s": 0.0, "task s": 0.0, "JVM CPU s": 0.0, "shuffle MB": 0.0}
-             for side in ("before", "after")}
+    per_span = [{side: {"stages": 0, "wall s": 0.0, "task s": 0.0, "JVM CPU s": 0.0, "shuffle MB": 0.0}
+                 for side in ("before", "after")} for _ in spans]
     for i in range(stages.size()):
         stage = stages.apply(i)
         submitted, completed = stage.submissionTime(), stage.completionTime()
         if submitted.isEmpty() or completed.isEmpty():
             continue
         began, ended = submitted.get().getTime() / 1000, completed.get().getTime() / 1000
-        if not start <= began < end:
+        span = next((n for n, (start, end) in enumerate(spans) if start <= began < end), None)
+        if span is None:
             continue
-        side = sides["before" if stage.shuffleWriteBytes() else "after"]
+        written = stage.shuffleWriteBytes()
+        side = per_span[span]["before" if written else "after"]
         side["stages"] += 1
         side["wall s"] += ended - began
         side["task s"] += stage.executorRunTime() / 1000
         side["JVM CPU s"] += stage.executorCpuTime() / 1e9
-        side["shuffle MB"] += max(stage.shuffleWriteBytes(), stage.shuffleReadBytes()) / 1e6  # written, or read
-    return sides
+        side["shuffle MB"] += (written or stage.shuffleReadBytes()) / 1e6
+    return per_span
 
 
 def format_stages(sides: dict[str, dict[str, float]]) -> str:

@@ -265,8 +265,9 @@ def windows(spark, args, work: str) -> None:
             for n, c in cpu.items()), flush=True)
     print("Spark's stages per run (median; before the exchange: reading the source, and Spark's partial aggregate; "
           "after it: keyspan's keyed stage with its Python workers, Spark's final aggregate and state store):")
+    stage_costs = iter(spark_stages(spark, [span for runs in spans.values() for span in runs]))
     for name, runs in spans.items():
-        per_run = [spark_stages(spark, *span) for span in runs]
+        per_run = [next(stage_costs) for _ in runs]
         print(f"  {name}: " + format_stages({side: {part: statistics.median(r[side][part] for r in per_run)
                                                     for part in per_run[0][side]} for side in per_run[0]}), flush=True)
 
