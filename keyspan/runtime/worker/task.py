@@ -42,6 +42,7 @@ from keyspan.runtime.protocol import (
     user_error,
 )
 from keyspan.runtime.worker import handoff, instances, state_io
+from keyspan.runtime.worker.acks import PromptAcks
 from keyspan.runtime.worker.chain import OperatorChain, emitting
 from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
@@ -61,6 +62,14 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
     (``SparkStages._worker_pools``)."""
 
     def run(batches):
+        acks = PromptAcks()
+        try:
+            yield from _run(acks.batches(batches))
+            acks.now()
+        finally:
+            acks.close()
+
+    def _run(batches):
         plan = stage_plan(plan_bytes, digest)
         from pyspark import TaskContext
 
