@@ -19,7 +19,8 @@ publishing, retention) and the delivery to driver sinks, which run while Spark l
 long the next epoch waited for them; and the wait between one batch's end and the next trigger.
 
 ``--floor`` then times Spark alone: the epoch's two Python stages and exchange as plain Spark jobs on
-the same number of rows, and a streaming query that does nothing at the last trigger, whose
+the same number of rows (also with their workers acknowledging the JVM's writes at once, as
+keyspan's do), and a streaming query that does nothing at the last trigger, whose
 per-batch time is Spark's own bookkeeping (planning, offset log, commit log).
 
 ``--python-workers-over-unix-sockets`` runs the session with the JVM talking to its Python workers
@@ -149,16 +150,34 @@ def _identity(batches):
     yield from batches
 
 
+def _identity_acknowledging(batches):
+    """``_identity``, its worker acknowledging the JVM's writes at once as keyspan's tasks do."""
+    from keyspan.runtime.worker.acks import PromptAcks
+
+    acks = PromptAcks()
+    try:
+        yield from acks.batches(batches)
+        acks.now()
+    finally:
+        acks.close()
+
+
+ACKNOWLEDGING = "the same, workers acknowledging at once"
+
+
 def spark_floor(spark, rows: int, repeats: int = 60) -> dict:
     """What Spark itself takes, warm, for an epoch's shape with no keyspan in it: the same rows through
     a JVM-only exchange, through one Python ``mapInArrow`` stage, and through two with an exchange
-    between them (keyspan's source stage, key-group exchange and keyed stage). Median of the last half."""
+    between them (keyspan's source stage, key-group exchange and keyed stage), and the last with its
+    workers acknowledging at once, as keyspan's do (docs/benchmarks.md). Median of the last half."""
     df = spark.range(rows, numPartitions=2).selectExpr("id", "cast(id % 2 as int) as sub")
     shapes = {
         "JVM only, with an exchange": lambda: df.repartition(2, "sub").collect(),
         "one Python stage": lambda: df.mapInArrow(_identity, df.schema).collect(),
         "two Python stages and an exchange": lambda: df.mapInArrow(_identity, df.schema).repartitionById(2, "sub")
         .mapInArrow(_identity, df.schema).collect(),
+        ACKNOWLEDGING: lambda: df.mapInArrow(_identity_acknowledging, df.schema).repartitionById(2, "sub")
+        .mapInArrow(_identity_acknowledging, df.schema).collect(),
     }
     floor = {}
     for name, job in shapes.items():
@@ -225,7 +244,8 @@ def main():
             print(f"Spark alone on an epoch's shape ({rows:,} rows, warm, median ms): "
                   + "; ".join(f"{name} {ms:.0f}" for name, ms in floor.items())
                   + f"\n    keyspan's tasks at the last trigger took {tasks:.0f} ms: "
-                  f"{tasks / floor['two Python stages and an exchange']:.2f}x Spark alone on the same shape", flush=True)
+                  f"{tasks / floor['two Python stages and an exchange']:.2f}x Spark alone on the same shape, "
+                  f"{tasks / floor[ACKNOWLEDGING]:.2f}x with its workers acknowledging at once", flush=True)
             empty = spark_empty_batches(spark, args.intervals[-1], args.rate, work)
             print(f"Spark alone, a query that does nothing at the {args.intervals[-1]} ms trigger: "
                   f"{empty['triggerExecution']:.0f} ms per batch ("
