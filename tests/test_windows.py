@@ -1103,6 +1103,69 @@ def test_a_pane_read_and_dropped_in_one_step_is_gone_and_a_rollback_brings_it_ba
         backend.close()
 
 
+class MergeInPlace(SumValues):
+    """SumValues whose merge changes its first accumulator in place, as Flink's often do."""
+
+    def merge(self, acc_a, acc_b):
+        acc_a[0] += acc_b[0]
+        acc_a[1] += acc_b[1]
+        return acc_a
+
+
+@pytest.mark.parametrize("backend_kind", ["heap", "heap with a record hook", "rocksdb"])
+def test_a_chunk_s_panes_merged_in_one_call_equal_them_merged_one_by_one_and_roll_back(backend_kind, tmp_path):
+    """``add_accumulators`` (the columnar window path's merge of a chunk's panes): the same panes and
+    flags as ``add_accumulator`` pane by pane, stored accumulators never changed in place, the last
+    key and pane left current, and a rollback brings back the epoch before."""
+    def backend_of(name):
+        if backend_kind == "rocksdb":
+            return EmbeddedRocksDBStateBackend().create_keyed_backend(name, range(0, 4), local_dir=str(tmp_path / name))
+        backend = HeapKeyedStateBackend(name, range(0, 4))
+        if backend_kind == "heap with a record hook":
+            backend._add_record_hook(lambda: None)
+        return backend
+
+    bulk, one_by_one = backend_of("bulk"), backend_of("one")
+    try:
+        windows = [TimeWindow(0, 10), TimeWindow(10, 20)]
+        states = [b.get_state(namespaced(AggregatingStateDescriptor("contents", MergeInPlace()))) for b in (bulk, one_by_one)]
+        earlier = [("a", 1, windows[0], [1, 1]), ("b", 2, windows[1], [5, 1])]
+        chunk = [("a", 1, windows[0], [2, 1]), ("a", 1, windows[1], [3, 1]), ("c", 3, windows[0], [4, 2]),
+                 ("b", 2, windows[1], [6, 3])]
+        for backend, state in zip((bulk, one_by_one), states):
+            assert state.add_accumulators(list(map(_copied, earlier))) == [False, False]
+            backend.confirm()  # an epoch committed
+        found = states[0].add_accumulators(map(_copied, chunk))
+        expected = []
+        for key, kg, window, acc in map(_copied, chunk):
+            one_by_one.current_key, one_by_one.current_key_group = key, kg
+            states[1].set_current_namespace(window)
+            expected.append(states[1].add_accumulator(acc))
+        assert found == expected == [True, False, False, True]
+        assert (bulk.current_key, bulk.current_key_group) == ("b", 2)
+        assert states[0].get() == (11, 4)  # the last row's pane is current
+        for key, kg, window in {(key, kg, window) for key, kg, window, _ in earlier + chunk}:
+            got = []
+            for backend, state in zip((bulk, one_by_one), states):
+                backend.current_key, backend.current_key_group = key, kg
+                state.set_current_namespace(window)
+                got.append(state.get())
+            assert got[0] == got[1], (key, window)
+        bulk.rollback()
+        for key, kg, window, acc in earlier + [("a", 1, windows[1], None), ("c", 3, windows[0], None)]:
+            bulk.current_key, bulk.current_key_group = key, kg
+            states[0].set_current_namespace(window)
+            assert states[0].get() == (None if acc is None else (acc[0], acc[1])), (key, window)
+    finally:
+        bulk.close()
+        one_by_one.close()
+
+
+def _copied(row):
+    key, kg, window, acc = row
+    return key, kg, window, list(acc)
+
+
 def test_only_windows_that_fire_and_clean_at_their_end_are_fired_in_bulk():
     def operator(assigner, trigger=None, lateness=0):
         trigger = trigger or assigner.get_default_trigger(None)

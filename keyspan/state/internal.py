@@ -25,7 +25,9 @@ A cell mixin provides, for the slot of the current key (and namespace):
   with the undo log);
 * ``_backend`` (the ``KeyedStateBackend``: clocks, operator name) and ``_name`` (the state's name);
 * namespaced cells: ``_take()`` → the stored value, deleted (``NamespaceMixin`` has a default made of
-  ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step.
+  ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step; and
+  ``_merge_each(rows, merge)``, many (key, namespace) slots merged in one call (a default made of
+  ``_load_for_update`` and ``_store``; the heap's is one pass): the columnar window path's panes.
 
 Namespaces (PyFlink's ``fn_execution/internal_state.py``): a state registered with a descriptor
 from ``namespaced(descriptor)`` keeps one value per (key, namespace) — laid out like a map state
@@ -212,6 +214,12 @@ class InternalAggregatingState(AggregatingState):
         self._store(accumulator if acc is None else self._agg.merge(acc, accumulator))
         return acc is not None
 
+    def add_accumulators(self, rows) -> list[bool]:
+        """``add_accumulator`` for each (key, key group, namespace, accumulator) of ``rows``, in order,
+        each key and namespace current in turn (the last stays current); whether each found one
+        stored. A namespaced state only: a chunk's panes merged in one call."""
+        return self._merge_each(rows, self._agg.merge)
+
     def clear(self) -> None:
         self._delete()
 
@@ -273,6 +281,18 @@ class NamespaceMixin(DictEntryReads):
 
     def set_current_namespace(self, namespace) -> None:
         self._ns = namespace
+
+    def _merge_each(self, rows, merge) -> list[bool]:
+        """For each (key, key group, namespace, value) of ``rows``: store ``merge(stored, value)``,
+        or ``value`` where nothing is stored; whether something was. A cell may do it in one pass."""
+        backend = self._backend
+        found = []
+        for key, key_group, namespace, value in rows:
+            backend.current_key, backend.current_key_group, self._ns = key, key_group, namespace
+            stored = self._load_for_update()
+            self._store(value if stored is None else merge(stored, value))
+            found.append(stored is not None)
+        return found
 
     def merge_namespaces(self, target, sources) -> None:
         """Combine the values of the ``sources`` namespaces (removing them), then the target's value

@@ -420,14 +420,15 @@ class VectorizedWindowOperator(WindowOperator):
         head_starts = starts[heads].tolist()
         head_keys = list(map(uniques.__getitem__, codes[first_records].tolist()))
         head_kgs = kgs[first_records].tolist()
-        for start, key, kg, accumulator in zip(head_starts, head_keys, head_kgs, accumulators):
-            window = shared_window(start)
+        windows = list(map(shared_window, head_starts))
+        found = contents.add_accumulators(zip(head_keys, head_kgs, windows, accumulators))
+        for window, key, kg, stored in zip(windows, head_keys, head_kgs, found):
+            if stored and not lateness:
+                continue  # its first record registered the cleanup timer, at its end (WindowOperator.process_element)
+            # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
             backend.current_key = key
             backend.current_key_group = kg
             contents.set_current_namespace(window)
-            if contents.add_accumulator(accumulator) and not lateness:
-                continue  # its first record registered the cleanup timer, at its end (WindowOperator.process_element)
-            # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
             register_timer(EVENT_TIME, window.max_timestamp(), window)
             if lateness:
                 self._register_cleanup_timer(window)

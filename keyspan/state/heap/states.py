@@ -156,6 +156,38 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         current = self._load()
         self._store(list(items) if current is None else [*current, *items])
 
+    def _merge_each(self, rows, merge) -> list[bool]:
+        # NamespaceMixin._merge_each with the key group's dict, StateTable.touch's undo step and
+        # _load_for_update inlined: the columnar window path merges a chunk's panes here. A backend
+        # with record hooks (TTL cleanup) sees each key set, as there
+        if self._backend._record_hooks:
+            return NamespaceMixin._merge_each(self, rows, merge)
+        table = self._table
+        groups, start, undos = table.groups, table.start, table.undo
+        found = []
+        key = key_group = namespace = None
+        for key, key_group, namespace, value in rows:
+            group = groups[key_group - start]
+            slots = group.get(key)
+            undo = undos.get(key_group)
+            if undo is None:
+                undo = undos[key_group] = {}
+            if key not in undo:
+                undo[key] = MISSING if slots is None else dict(slots)
+            if slots is None:
+                slots = group[key] = {}
+            stored = slots.get(namespace)
+            if stored is None:
+                slots[namespace] = value
+                found.append(False)
+            else:
+                slots[namespace] = merge(private(stored), value)
+                found.append(True)
+        if found:
+            b = self._backend
+            b.current_key, b.current_key_group, self._ns = key, key_group, namespace
+        return found
+
 
 class HeapValueState(HeapCell, InternalValueState):
     """The plain value state, the one a per-record function touches most: ``value`` and ``update``
