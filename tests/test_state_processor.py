@@ -412,11 +412,12 @@ def test_queryable_state_matches_the_committed_checkpoint_while_the_job_runs(wor
 
     env = env_with(2)
     build(env, DATA, workdir / "out")
-    env.set_max_records_per_epoch(40)
+    env.set_max_records_per_epoch(20)  # 30 epochs: the job still runs while the test asks
     job = BackgroundJob(env, "live")
     wait_for_checkpoints("live", 2, job=job)
     api = store().get_job("live")["api_url"]
     headers = auth_headers(run_options.current().workdir)
+    missing = httpx.get(f"{api}/jobs/live/state/tally/nope", params={"key": "k003"}, headers=headers, timeout=30)
     answers = []
     deadline = time.time() + 120
     while job.thread.is_alive() and len(answers) < 3 and time.time() < deadline:
@@ -426,7 +427,6 @@ def test_queryable_state_matches_the_committed_checkpoint_while_the_job_runs(wor
         time.sleep(0.5)
     cli_running = CliRunner().invoke(app, ["state", "get", "live", "--uid", "tally", "--state", "count", "--key",
                                            "k003", "--workdir", run_options.current().workdir])
-    missing = httpx.get(f"{api}/jobs/live/state/tally/nope", params={"key": "k003"}, headers=headers, timeout=30)
     job.join()
     assert answers, "the API answered no query while the job ran"
     assert missing.status_code == 404 and "no keyed state 'nope'" in missing.json()["detail"]
