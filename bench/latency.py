@@ -51,6 +51,7 @@ from keyspan.datastream.functions import SinkFunction  # noqa: E402
 from keyspan.datastream.state import ValueStateDescriptor  # noqa: E402
 from keyspan.runtime import options  # noqa: E402
 from keyspan.runtime.session import query_settings  # noqa: E402
+from keyspan.runtime.worker.acks import acknowledging  # noqa: E402
 
 
 class RunningSum(KeyedProcessFunction):
@@ -150,16 +151,7 @@ def _identity(batches):
     yield from batches
 
 
-def _identity_acknowledging(batches):
-    """``_identity``, its worker acknowledging the JVM's writes at once as keyspan's tasks do."""
-    from keyspan.runtime.worker.acks import PromptAcks
-
-    acks = PromptAcks()
-    try:
-        yield from acks.batches(batches)
-        acks.now()
-    finally:
-        acks.close()
+_identity_acknowledging = acknowledging(_identity)  # as keyspan's tasks acknowledge the JVM's writes
 
 
 ACKNOWLEDGING = "the same, workers acknowledging at once"

@@ -45,6 +45,20 @@ class PromptAcks:
             self.connection = None
 
 
+def acknowledging(function):
+    """``function``, an Arrow map-iterator UDF, with its task's connection acknowledging at once."""
+
+    def run(batches):
+        acks = PromptAcks()
+        try:
+            yield from function(acks.batches(batches))
+            acks.now()
+        finally:
+            acks.close()
+
+    return run
+
+
 def _jvm_connection() -> socket.socket | None:
     """A duplicate of the TCP socket PySpark's ``worker.main(infile, outfile)`` up the stack reads
     the task from, or None (no such frame, or not TCP)."""

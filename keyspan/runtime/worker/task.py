@@ -42,7 +42,7 @@ from keyspan.runtime.protocol import (
     user_error,
 )
 from keyspan.runtime.worker import handoff, instances, state_io
-from keyspan.runtime.worker.acks import PromptAcks
+from keyspan.runtime.worker.acks import acknowledging
 from keyspan.runtime.worker.chain import OperatorChain, emitting
 from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
@@ -62,14 +62,6 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
     (``SparkStages._worker_pools``)."""
 
     def run(batches):
-        acks = PromptAcks()
-        try:
-            yield from _run(acks.batches(batches))
-            acks.now()
-        finally:
-            acks.close()
-
-    def _run(batches):
         plan = stage_plan(plan_bytes, digest)
         from pyspark import TaskContext
 
@@ -99,7 +91,7 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
                 batches = itertools.chain([first], batches)
         yield from StageTask(plan, ctx, subtask, attempt).run(batches)
 
-    return run
+    return acknowledging(run)
 
 
 def _joined(batches, rows: int):
