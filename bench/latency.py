@@ -137,7 +137,8 @@ def breakdown(r: dict) -> str:
     share = statistics.median([(p.get("tasks.snapshot", 0) + wait(p)) / (wait(p) + p["tasks"])
                                for p in ph]) if ph else 0
     driver = sum(1 for p in ph if p.get("tasks.in_driver"))
-    return (f"    {driver} of {len(ph)} epochs ran in the driver; per epoch (median ms): keyspan epoch {epoch:.0f} = previous commit awaited "
+    read = sum(1 for p in ph if p.get("tasks.read_in_driver"))
+    return (f"    {driver} of {len(ph)} epochs ran in the driver, {read} read their input there; per epoch (median ms): keyspan epoch {epoch:.0f} = previous commit awaited "
             f"{med([wait(p) for p in ph]):.0f}, tasks {med([p['tasks'] for p in ph]):.0f} "
             f"[{', '.join(tasks)}]; then, while Spark logs the batch: commit {med([p['commit'] for p in ph]):.0f} "
             f"[{', '.join(commit)}], deliver {med([p['deliver'] for p in ph]):.0f}\n"

@@ -1,6 +1,8 @@
 """Small epochs in the driver (``set_small_epochs_in_driver``): the same results, state and checkpoints as
 epochs run as Spark jobs, epochs that move between the driver and Spark's workers keep their state, and a
-failure in the driver runs the epoch again on Spark, as Spark retries a failed task."""
+failure in the driver runs the epoch again on Spark, as Spark retries a failed task. Small epochs read in
+the driver (``set_small_epochs_read_in_driver``, on by default): only the source stages run there, the
+rest as Spark jobs without an exchange, with the same results and state."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import pytest
 from keyspan.common import Duration, Time, WatermarkStrategy
 from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import KeyedProcessFunction, StreamExecutionEnvironment
+from keyspan.datastream.functions import CheckpointedFunction, MapFunction
 from keyspan.datastream.connectors.file_system import FileSource, StreamFormat
-from keyspan.datastream.state import MapStateDescriptor, ValueStateDescriptor
+from keyspan.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from keyspan.datastream.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend
 from keyspan.datastream.window import TumblingEventTimeWindows
 
@@ -58,11 +61,12 @@ def _files(folder, sizes):
         (folder / f"part-{i:03d}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def _run(folder, in_driver: int, backend=HashMapStateBackend, opened_log: str | None = None):
+def _run(folder, in_driver: int, backend=HashMapStateBackend, opened_log: str | None = None, read_in_driver: int = 0):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.set_state_backend(backend())
     env.set_small_epochs_in_driver(in_driver)
+    env.set_small_epochs_read_in_driver(read_in_driver)
     source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
         .set_max_files_per_epoch(1).build()
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Ts())
@@ -191,10 +195,10 @@ def test_an_epoch_whose_offsets_exceed_the_limit_is_not_read_in_the_driver():
     from keyspan.runtime.driver_epoch import DriverEpochs
 
     reader = serde.dumps_function(NumberSequenceReader(100, 1000))
-    epochs = DriverEpochs(None, {}, {7: reader}, max_records=10)
-    assert epochs._read(SimpleNamespace(reads={7: [(0, 6), (6, 10)]})) == {7: [[list(range(100, 106))],
-                                                                              [list(range(106, 110))]]}
-    assert epochs._read(SimpleNamespace(reads={7: [(0, 6), (6, 11)]})) is None
+    epochs = DriverEpochs(None, {}, {7: reader}, max_records=10, sources_max_records=0)
+    assert epochs._read(SimpleNamespace(reads={7: [(0, 6), (6, 10)]}), 10) == (
+        {7: [[list(range(100, 106))], [list(range(106, 110))]]}, 10)
+    assert epochs._read(SimpleNamespace(reads={7: [(0, 6), (6, 11)]}), 10) == (None, 0)
     assert NumberSequenceReader(0, 1000).most_records([(0, 6), (6, 11)]) == 11
     # Kafka offsets bound the records (markers and compaction only make fewer); a range from a
     # partition's beginning is unknown until read
@@ -216,3 +220,99 @@ def test_the_driver_frees_its_state_once_epochs_go_to_spark_for_long(workdir, mo
     rows = _run(workdir / "in", 10, opened_log=str(log))
     assert log.read_text().split().count(str(DRIVER)) == opened
     assert _without_pid(rows) == _without_pid(_run(workdir / "in", 0))
+
+
+class CountWithSourcePid(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        key, v, source_pid = value
+        yield key, v, n, source_pid, os.getpid()
+
+
+class Numbered(MapFunction, CheckpointedFunction):
+    """Numbers the records its subtask saw, the count kept in operator state."""
+
+    def initialize_state(self, context):
+        self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("seen"))
+        self.seen = sum(self.state.get())
+
+    def snapshot_state(self, context):
+        self.state.update([self.seen])
+
+    def map(self, value):
+        self.seen += 1
+        return (*value, self.seen)
+
+
+def _run_read_in_driver(folder, read_in_driver: int, backend=HashMapStateBackend, files_per_epoch: int = 1):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.set_state_backend(backend())
+    env.set_small_epochs_read_in_driver(read_in_driver)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
+        .set_max_files_per_epoch(files_per_epoch).build()
+    result = env.from_source(source, None, "events").uid("events").map(lambda r: (r.key, r.v, os.getpid())) \
+        .key_by(lambda t: t[0]).process(CountWithSourcePid()).uid("count").map(Numbered()).uid("numbered")
+    return list(result.execute_and_collect())
+
+
+@pytest.mark.parametrize("backend", [HashMapStateBackend, EmbeddedRocksDBStateBackend])
+def test_small_epochs_read_in_the_driver_give_the_results_of_spark_jobs(workdir, backend):
+    """Files of 4 and 40 records, one per epoch, at most 10 records read in the driver: the source stage
+    moves between the driver and Spark's workers; the keyed stage, fed by the driver or by Spark's
+    exchange, always runs on Spark, with an operator-state function chained to it; every count and
+    number is what a run entirely on Spark gives."""
+    sizes = [4, 40, 4, 4, 40, 4, 40, 4]
+    _files(workdir / "in", sizes)
+    mixed = _run_read_in_driver(workdir / "in", 10, backend)
+    on_spark = _run_read_in_driver(workdir / "in", 0, backend)
+    assert DRIVER not in {r[4] for r in mixed}  # keyed state stays in Spark's workers
+    read_here = Counter(r[3] == DRIVER for r in mixed)
+    assert read_here[True] == sum(s for s in sizes if s <= 10)
+    assert read_here[False] == sum(s for s in sizes if s > 10)
+    assert DRIVER not in {r[3] for r in on_spark}
+    # each key's records reached its own subtask, in order, and each subtask numbered the same records
+    assert Counter((r[0], r[1], r[2], r[5]) for r in mixed) == Counter((r[0], r[1], r[2], r[5]) for r in on_spark)
+    finals = {}
+    for key, _, n, _, _, _ in mixed:
+        finals[key] = max(finals.get(key, 0), n)
+    assert finals == {f"k{i}": sum(sizes) // 5 for i in range(5)}
+
+
+def test_a_key_s_records_read_in_the_driver_all_reach_its_subtask(workdir):
+    """Epochs of two files of one key (13, 7 and 8 records), read as two source tasks: the driver hands
+    every record to the subtask that owns its key group, however unevenly the rows it sends (a chunk of
+    records per source task and subtask, and each source task's report to every subtask) spread over
+    the subtasks."""
+    folder = workdir / "in"
+    folder.mkdir()
+    for i, (key, size) in enumerate([("a", 8), ("a", 5), ("b", 3), ("b", 4), ("a", 6), ("a", 2)]):
+        (folder / f"part-{i:03d}.jsonl").write_text("".join(
+            json.dumps({"key": key, "ts": 0, "v": j}) + "\n" for j in range(size)))
+    out = _run_read_in_driver(folder, 20, files_per_epoch=2)
+    assert {r[3] for r in out} == {DRIVER}  # every epoch was read in the driver
+    assert sorted((r[0], r[2]) for r in out) == [("a", n) for n in range(1, 22)] + [("b", n) for n in range(1, 8)]
+
+
+def test_epochs_read_in_the_driver_are_marked_in_the_epoch_phases(workdir):
+    from keyspan.datastream import SinkFunction
+
+    class Drop(SinkFunction):
+        def invoke(self, value, context):
+            pass
+
+    _files(workdir / "in", [4, 40, 4, 40, 4])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.set_small_epochs_read_in_driver(10)
+    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(workdir / "in")) \
+        .set_max_files_per_epoch(1).build()
+    env.from_source(source, None, "events").key_by(lambda r: r.key).process(Count()).uid("count").add_sink(Drop())
+    result = env.execute("read-in-driver-phases")
+    assert [p["tasks.read_in_driver"] for p in result.epoch_phases] == [True, False, True, False, True]
+    assert [p["tasks.in_driver"] for p in result.epoch_phases] == [False] * 5
+    assert result.metrics.summary()["epochs_in_driver"] == 0

@@ -115,6 +115,8 @@ SUPPORTED = {
     ADAPTIVE_BATCH + "default-source-parallelism": lambda env, k, v: _positive(k, v),
     ADAPTIVE_BATCH + "avg-data-volume-per-task": lambda env, k, v: _positive(k, memory_bytes(k, v)),
     "keyspan.small-epochs-in-driver.max-records": lambda env, k, v: env.set_small_epochs_in_driver(int(v)),
+    "keyspan.small-epochs-read-in-driver.max-records":
+        lambda env, k, v: env.set_small_epochs_read_in_driver(int(v)),
     "keyspan.vectorized-aggregation":
         lambda env, k, v: env.set_vectorized_aggregation(str(v).strip().lower() in ("true", "1", "yes", "on")),
     "keyspan.python-worker-per-subtask": lambda env, k, v: env.set_python_worker_per_subtask(_flag(k, v)),

@@ -23,6 +23,8 @@ from keyspan.datastream.transformation import (
 from keyspan.state.heap import HashMapStateBackend
 from keyspan.state.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 
+DEFAULT_SMALL_EPOCHS_READ_IN_DRIVER = 5_000  # records; a few ms of the driver's time (docs/benchmarks.md)
+
 
 class PythonDependencies:
     """Files a job needs on Spark's executors, set through the environment's add_* methods."""
@@ -45,6 +47,7 @@ class StreamExecutionEnvironment:
         self._state_backend = HashMapStateBackend()
         self._max_records_per_epoch: int | None = None
         self._small_epochs_in_driver = 0
+        self._small_epochs_read_in_driver = DEFAULT_SMALL_EPOCHS_READ_IN_DRIVER
         self._spark = None
         self._config = ExecutionConfig(self)
         self._time_characteristic = TimeCharacteristic.EventTime
@@ -301,6 +304,22 @@ class StreamExecutionEnvironment:
 
     def get_small_epochs_in_driver(self) -> int:
         return self._small_epochs_in_driver
+
+    def set_small_epochs_read_in_driver(self, max_records: int) -> "StreamExecutionEnvironment":
+        """keyspan: the driver reads an epoch's input of at most ``max_records`` records itself and runs
+        the operators chained to the sources, then hands each subtask of the next operators its records
+        directly (by default 5,000; 0: never). Those operators, and the keyed state, still run as Spark
+        tasks, but Spark runs one stage per epoch instead of two and an exchange: about half an epoch's
+        fixed cost, which sets the latency of a small stream. Same results, checkpoints and guarantees.
+        Only for jobs whose sources are all keyspan sources and whose sources feed a ``key_by`` or other
+        repartitioning (docs/architecture.md)."""
+        if max_records < 0:
+            raise ValueError("max records of an epoch whose input the driver reads must be >= 0 (0: never)")
+        self._small_epochs_read_in_driver = int(max_records)
+        return self
+
+    def get_small_epochs_read_in_driver(self) -> int:
+        return self._small_epochs_read_in_driver
 
     def set_spark_session(self, spark) -> "StreamExecutionEnvironment":
         """keyspan: run on this SparkSession instead of the active (or a new local) one."""

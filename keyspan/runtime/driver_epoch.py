@@ -35,59 +35,78 @@ def runs_in_driver(plan: PhysicalPlan, readers: dict) -> bool:
         s.plan.input_format in (InputFormat.CHUNKS, InputFormat.EXCHANGE) for s in plan.stages)
 
 
-class DriverEpochs:
-    """Runs an epoch in the driver when its input holds at most ``max_records`` records."""
+def reads_in_driver(plan: PhysicalPlan, readers: dict) -> bool:
+    """Jobs whose every source is a keyspan source, whose source stages all send records on to later
+    stages (one that does not would run whole in the driver, which only the opt-in of
+    ``runs_in_driver`` does), and whose other stages read only source stages or none: a stage gets its
+    input from the driver or through Spark's exchanges, never both."""
+    sources = {s.plan.stage_id for s in plan.stages if s.source is not None}
+    return len(readers) == len(plan.sources) and all(
+        s.plan.input_format == InputFormat.CHUNKS and s.plan.has_downstream
+        for s in plan.stages if s.source is not None) and all(
+        len({up in sources for up, _ in s.inputs}) <= 1 for s in plan.stages if s.source is None)
 
-    def __init__(self, plan: PhysicalPlan, stage_code: dict, reader_code: dict, max_records: int):
+
+class DriverEpochs:
+    """Runs an epoch in the driver when its input holds at most ``max_records`` records, and only its
+    source stages when it holds at most ``sources_max_records``."""
+
+    def __init__(self, plan: PhysicalPlan, stage_code: dict, reader_code: dict, max_records: int,
+                 sources_max_records: int):
         self.plan = plan
         self.stage_code = stage_code  # stage id → (pickled plan, digest), as the Spark tasks get them
         self.reader_code = reader_code  # source stage id → its pickled SourceReader
         self.max_records = max_records
+        self.sources_max_records = sources_max_records
         self.run_ids: set[str] = set()  # runs whose operators the driver holds
         self.last_run = 0.0  # when the driver last ran an epoch (time.monotonic)
 
-    def run(self, ctx: EpochContext, context: str) -> list[dict] | None:
-        """Every row the epoch's tasks return (the driver keeps the control and driver-sink rows), or
-        None when its input is larger than ``max_records``: it then runs as Spark jobs. ``context``: the
+    def run(self, ctx: EpochContext, context: str) -> tuple[dict[int, list[dict]], bool] | None:
+        """Stage id → the rows its tasks returned, for the stages the driver ran, and whether it ran
+        them all; None when the epoch's input is too large: it then runs as Spark jobs. ``context``: the
         encoded epoch context, decoded as each task decodes it, so the tasks share no object with the driver."""
         try:
-            inputs = self._read(ctx)
+            inputs, records = self._read(ctx, max(self.max_records, self.sources_max_records))
             if inputs is None:
                 self._forget_when_idle()
                 return None
-            rows = self._run(decode_context(context), inputs)
+            whole = records <= self.max_records
+            outputs = self._run(decode_context(context), inputs, whole)
             self.last_run = time.monotonic()
-            return rows
+            return outputs, whole
         except Exception as exc:  # noqa: BLE001 — Spark runs it again, as it retries a failed task
             log.warning("epoch %s failed in the driver (%s); running it again as Spark jobs",
                         ctx.epoch, (str(exc).splitlines() or [type(exc).__name__])[0][:300])
             log.debug("the driver's failure", exc_info=True)
             return None
 
-    def _run(self, ctx: EpochContext, inputs: dict[int, list[list]]) -> list[dict]:
+    def _run(self, ctx: EpochContext, inputs: dict[int, list[list]], whole: bool) -> dict[int, list[dict]]:
         self.run_ids.add(ctx.run_id)
         outputs: dict[int, list[dict]] = {}
         for s in self.plan.stages:
+            if s.source is None and not whole:
+                continue
             plan = stage_plan(*self.stage_code[s.plan.stage_id])
             if s.source is not None:
                 tasks = enumerate(inputs[plan.stage_id])
             else:
-                tasks = self._exchange(s, outputs).items()
+                tasks = exchange(s, outputs).items()
             rows = []
             for subtask, batches in tasks:
                 for batch in StageTask(plan, ctx, subtask, 0).run(iter(batches)):
                     rows.extend(batch.to_pylist())
             outputs[plan.stage_id] = rows
-        return [row for rows in outputs.values() for row in rows]
+        return outputs
 
-    def _read(self, ctx: EpochContext) -> dict[int, list[list]] | None:
-        """Each source task's chunks, read here as its task would read them; None past the limit, known
-        from the offsets where they tell, else after reading at most the limit."""
+    def _read(self, ctx: EpochContext, limit: int) -> tuple[dict[int, list[list]] | None, int]:
+        """Each source task's chunks, read here as its task would read them, and how many records they
+        hold; None past ``limit``, known from the offsets (or the files' sizes) where they tell, else
+        after reading at most the limit."""
         readers = {stage_id: source_reader(self.reader_code[stage_id]) for stage_id in ctx.reads}
         bounds = [readers[stage_id].most_records(partitions) for stage_id, partitions in ctx.reads.items()]
-        if sum(b for b in bounds if b is not None) > self.max_records:
-            return None
-        budget = self.max_records
+        if sum(b for b in bounds if b is not None) > limit:
+            return None, 0
+        records = 0
         inputs = {}
         for stage_id, partitions in ctx.reads.items():
             reader = readers[stage_id]
@@ -95,24 +114,12 @@ class DriverEpochs:
             for partition in partitions:
                 chunks = []
                 for chunk in reader.read(partition):
-                    budget -= len(chunk.records if type(chunk) is SplitChunk else chunk)
-                    if budget < 0:
-                        return None
+                    records += len(chunk.records if type(chunk) is SplitChunk else chunk)
+                    if records > limit:
+                        return None, 0
                     chunks.append(chunk)
                 inputs[stage_id].append(chunks)
-        return inputs
-
-    def _exchange(self, stage, outputs: dict[int, list[dict]]) -> dict[int, list[pa.RecordBatch]]:
-        """Subtask → its input, as ``repartitionById`` on the subtask column delivers it: every
-        upstream row sent through an exit this stage reads, broadcast-side inputs first."""
-        inputs = sorted(stage.inputs, key=lambda edge: edge not in stage.broadcast_inputs)
-        rows = defaultdict(list)
-        for up, exit_id in inputs:
-            for row in outputs[up]:
-                if row["_ks_exit"] == exit_id:
-                    rows[row["_ks_sub"]].append(row)
-        return {sub: [pa.RecordBatch.from_pylist(rows[sub], schema=OUTPUT_SCHEMA)] if rows[sub] else []
-                for sub in range(stage.plan.parallelism)}
+        return inputs, records
 
     def _forget_when_idle(self) -> None:
         """Epochs went to Spark for as long as a worker keeps an idle job's operators: free the driver's
@@ -125,3 +132,16 @@ class DriverEpochs:
         for run_id in self.run_ids:
             instances.drop_run(run_id)
         self.run_ids.clear()
+
+
+def exchange(stage, outputs: dict[int, list[dict]]) -> dict[int, list[pa.RecordBatch]]:
+    """Subtask → its input, as ``repartitionById`` on the subtask column delivers it: every
+    upstream row sent through an exit this stage reads, broadcast-side inputs first."""
+    inputs = sorted(stage.inputs, key=lambda edge: edge not in stage.broadcast_inputs)
+    rows = defaultdict(list)
+    for up, exit_id in inputs:
+        for row in outputs[up]:
+            if row["_ks_exit"] == exit_id:
+                rows[row["_ks_sub"]].append(row)
+    return {sub: [pa.RecordBatch.from_pylist(rows[sub], schema=OUTPUT_SCHEMA)] if rows[sub] else []
+            for sub in range(stage.plan.parallelism)}

@@ -499,6 +499,7 @@ class JobRunner:
         spark_session.ship_dependencies(spark, dependencies, self.options.workdir)
         self.stages = SparkStages(plan, spark, self.env.get_max_records_per_epoch(), batch=self.batch,
                                   driver_max_records=self.env.get_small_epochs_in_driver(),
+                                  driver_read_max_records=self.env.get_small_epochs_read_in_driver(),
                                   worker_per_subtask=self.env.is_python_worker_per_subtask_enabled())
         offsets = latest["source_offsets"] if (latest and new_run) else None
         if offsets is not None and not all(t.spec.restorable for t in plan.sources):
@@ -900,12 +901,12 @@ class JobRunner:
             time_ctx = self._time_context(offsets, end_of_input)
             ctx = self._epoch_context(epoch, time_ctx, reads)
             driver_rows = []
-            in_driver = [False]
+            in_driver = [False, False]  # the epoch ran in the driver; the driver read its input
 
             def execute() -> list[bytes]:
                 rows = self.stages.run(batch_df, ctx)
                 driver_rows[:] = rows.driver
-                in_driver[0] = rows.in_driver
+                in_driver[:] = rows.in_driver, rows.read_in_driver
                 return rows.control
 
             reports = self.coordinator.run_epoch(epoch, execute, is_storage_failure=_storage_failure,
@@ -914,7 +915,7 @@ class JobRunner:
                 "tasks.restore": max((r.restore_ms for r in reports.values()), default=0) / 1000,
                 "tasks.busy": max((r.busy_ms for r in reports.values()), default=0) / 1000,
                 "tasks.snapshot": max((r.snapshot_ms for r in reports.values()), default=0) / 1000,
-                "tasks.in_driver": in_driver[0]})
+                "tasks.in_driver": in_driver[0], "tasks.read_in_driver": in_driver[1]})
             if not in_driver[0]:
                 self._workers_used = time.monotonic()
             if self._committer is None:

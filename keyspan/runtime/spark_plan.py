@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass
 from functools import reduce
 
+import pyarrow as pa
+
 from keyspan.connectors.sources import TICK, source_dataframe
 from keyspan.io import serde
 from keyspan.runtime.planner import ExitKind, InputFormat, PhysicalPlan
@@ -22,7 +24,7 @@ from keyspan.runtime.protocol import (
     EpochContext,
     encode_context,
 )
-from keyspan.runtime.driver_epoch import DriverEpochs, runs_in_driver
+from keyspan.runtime.driver_epoch import DriverEpochs, exchange, reads_in_driver, runs_in_driver
 from keyspan.runtime.worker.task import make_stage_function, no_rows
 
 # Names a pool of Python workers in the environment of a stage's Python function: Spark keeps one pool
@@ -36,15 +38,17 @@ class EpochRows:
     control: list[bytes]  # pickled TaskReports of the terminal tasks
     driver: list[tuple[int, bytes]]  # (subtask, pickled driver-sink records)
     in_driver: bool = False  # the epoch ran in the driver process, not as Spark jobs (``DriverEpochs``)
+    read_in_driver: bool = False  # the driver read the epoch's input and ran its source stages
 
 
 class SparkStages:
     def __init__(self, plan: PhysicalPlan, spark, max_records_per_epoch: int | None, batch: bool = False,
-                 driver_max_records: int = 0, worker_per_subtask: bool = True):
+                 driver_max_records: int = 0, worker_per_subtask: bool = True, driver_read_max_records: int = 0):
         self.plan = plan
         self.worker_per_subtask = worker_per_subtask  # see ``_worker_pools``
         self._executor_cores: int | None = None
         self.driver_max_records = driver_max_records  # an epoch of at most this many records runs in the driver
+        self.driver_read_max_records = driver_read_max_records  # ... and its source stages alone, up to this many
         self._in_driver: DriverEpochs | None = None
         self.spark = spark
         self.max_records_per_epoch = max_records_per_epoch
@@ -63,6 +67,7 @@ class SparkStages:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         self.output_type = from_arrow_schema(OUTPUT_SCHEMA)  # a DDL string would cost a JVM parse per stage and epoch
+        self._output_json = self.output_type.json()
 
     def replan(self, plan: PhysicalPlan) -> None:
         """Run the next epochs with ``plan`` (a live rescale); the source stream stays as it is."""
@@ -261,23 +266,50 @@ class SparkStages:
         return serde.dumps_function(self.readers[index])
 
     def _driver_epochs(self) -> DriverEpochs | None:
-        if self._in_driver is None and self.driver_max_records and runs_in_driver(self.plan, self.readers):
-            self._in_driver = DriverEpochs(self.plan, self.stage_code, {
-                s.plan.stage_id: self._reader_code(s.plan.stage_id) for s in self.plan.stages if s.source is not None},
-                self.driver_max_records)
+        if self._in_driver is None:
+            whole = self.driver_max_records if runs_in_driver(self.plan, self.readers) else 0
+            sources = self.driver_read_max_records if reads_in_driver(self.plan, self.readers) else 0
+            if whole or sources:
+                self._in_driver = DriverEpochs(self.plan, self.stage_code, {
+                    s.plan.stage_id: self._reader_code(s.plan.stage_id)
+                    for s in self.plan.stages if s.source is not None}, whole, sources)
         return self._in_driver
 
     # -- one epoch ------------------------------------------------------------------------------------
     def run(self, batch_df, ctx: EpochContext) -> EpochRows:
         context = encode_context(ctx)
         in_driver = self._driver_epochs()
-        rows = in_driver.run(ctx, context) if in_driver is not None else None
-        if rows is not None:
+        ran = in_driver.run(ctx, context) if in_driver is not None else None
+        if ran is None:
+            return _epoch_rows(self._run_on_spark(batch_df, ctx, context))
+        outputs, whole = ran
+        rows = [row for stage_rows in outputs.values() for row in stage_rows]
+        if whole:
             return _epoch_rows(rows, in_driver=True)
-        return _epoch_rows(self._run_on_spark(batch_df, ctx, context))
+        rows.extend(self._run_on_spark(batch_df, ctx, context, outputs))
+        return _epoch_rows(rows, read_in_driver=True)
 
-    def _run_on_spark(self, batch_df, ctx: EpochContext, context: str) -> list:
-        """The epoch as Spark jobs: the rows of its terminal tasks."""
+    def _driver_input(self, stage, outputs: dict[int, list[dict]], session):
+        """A DataFrame whose partition i holds subtask i's input, as the source stages the driver ran
+        sent it, so the stage reads it with no exchange: Spark makes one partition of each Arrow batch
+        once ``spark.sql.execution.arrow.localRelationThreshold`` is 0 (else it spreads small data's rows
+        over the cores). Set in ``session``, the query's own, which only keyspan's epochs use."""
+        from pyspark.sql import DataFrame
+        from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+        session.conf.set("spark.sql.execution.arrow.localRelationThreshold", "0")  # a wrapper per batch: set each time
+        batches = [pa.concat_batches(b) if len(b) > 1 else b[0] if b else _NO_ROWS
+                   for b in exchange(stage, outputs).values()]
+        sc = session.sparkContext
+        jvm = sc._jvm
+        served = sc._serialize_to_jvm(batches, ArrowStreamSerializer(), jvm.PythonSQLUtils.readArrowStreamFromFile,
+                                      jvm.ArrowIteratorServer)
+        return DataFrame(jvm.PythonSQLUtils.toDataFrame(served, self._output_json, session._jsparkSession), session)
+
+    def _run_on_spark(self, batch_df, ctx: EpochContext, context: str, driver_outputs: dict | None = None) -> list:
+        """The epoch as Spark jobs: the rows of its terminal tasks. ``driver_outputs``: stage id → the
+        rows of the source stages the driver ran (``DriverEpochs``); the stages they feed get them as
+        their input."""
         from pyspark.sql import functions as F
 
         plan = self.plan
@@ -297,9 +329,11 @@ class SparkStages:
         in_pools = {}  # stage id → the partitions its epoch's job computes: a stage run in pools of its own
         for s in plan.stages:
             p = s.plan
-            if p.input_format == InputFormat.PUSHED_DOWN:
+            if p.input_format == InputFormat.PUSHED_DOWN or (driver_outputs and p.stage_id in driver_outputs):
                 continue
-            if s.source is not None and p.stage_id in ctx.reads:
+            if driver_outputs and any(up in driver_outputs for up, _ in s.inputs):
+                in_df = self._driver_input(s, driver_outputs, batch_df.sparkSession)
+            elif s.source is not None and p.stage_id in ctx.reads:
                 in_df = self._read_tasks(len(ctx.reads[p.stage_id]), batch_df.sparkSession)
             elif s.source is not None:
                 in_df = self._source_batch(batch_df, s.source)
@@ -339,10 +373,13 @@ class SparkStages:
                 df.unpersist()
 
 
-def _epoch_rows(result, in_driver: bool = False) -> EpochRows:
+_NO_ROWS = pa.RecordBatch.from_pylist([], schema=OUTPUT_SCHEMA)
+
+
+def _epoch_rows(result, in_driver: bool = False, read_in_driver: bool = False) -> EpochRows:
     """The control rows of terminal tasks and the driver-sink rows among ``result`` (rows sent on
     through an exchange carry that exchange's id)."""
-    rows = EpochRows([], [], in_driver)
+    rows = EpochRows([], [], in_driver, read_in_driver)
     for row in result:
         if row["_ks_exit"] == CONTROL_EXIT:
             rows.control.append(bytes(row["_ks_ctl"]))
