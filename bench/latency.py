@@ -2,6 +2,7 @@
 checkpoint committed, and where each epoch's time goes.
 
     python bench/latency.py [--intervals 100 1000 5000] [--rate 2000] [--file-every-ms 100] [--seconds 20] [--floor]
+                            [--read-in-driver 5000 0] [--small-epochs-in-driver 0 5000]
                             [--python-workers-over-unix-sockets]
 
 For each trigger interval a fresh unbounded job: ``FileSource.monitor_continuously()`` over JSON
@@ -20,8 +21,9 @@ long the next epoch waited for them; and the wait between one batch's end and th
 
 ``--floor`` then times Spark alone: the epoch's two Python stages and exchange as plain Spark jobs on
 the same number of rows (also with their workers acknowledging the JVM's writes at once, as
-keyspan's do), and a streaming query that does nothing at the last trigger, whose
-per-batch time is Spark's own bookkeeping (planning, offset log, commit log).
+keyspan's do, and as one such stage: an epoch whose input the driver read), and a streaming query
+that does nothing at the last trigger, whose per-batch time is Spark's own bookkeeping (planning,
+offset log, commit log).
 
 ``--python-workers-over-unix-sockets`` runs the session with the JVM talking to its Python workers
 over Unix sockets instead of TCP, Spark's default (docs/deployment.md).
@@ -30,6 +32,7 @@ over Unix sockets instead of TCP, Spark's default (docs/deployment.md).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -74,8 +77,8 @@ class Delivered(SinkFunction):
         self.at[(value[0], value[1])] = time.time()
 
 
-def run(spark, interval_ms: int, args, work: str, in_driver: int = 0) -> dict:
-    base = os.path.join(work, f"lat-{interval_ms}-{in_driver}")
+def run(spark, interval_ms: int, args, work: str, in_driver: int = 0, read_in_driver: int = 5000) -> dict:
+    base = os.path.join(work, f"lat-{interval_ms}-{in_driver}-{read_in_driver}")
     folder = os.path.join(base, "in")
     os.makedirs(folder)
     options.install(options.RunOptions(workdir=os.path.join(base, ".keyspan"), fresh=True))
@@ -84,6 +87,7 @@ def run(spark, interval_ms: int, args, work: str, in_driver: int = 0) -> dict:
     env.set_parallelism(2)
     env.enable_checkpointing(interval_ms)
     env.set_small_epochs_in_driver(in_driver)
+    env.set_small_epochs_read_in_driver(read_in_driver)
     source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), folder).monitor_continuously().build()
     sink = Delivered()
     (env.from_source(source, None, "events").uid("events").key_by(lambda r: r.key)
@@ -156,13 +160,15 @@ _identity_acknowledging = acknowledging(_identity)  # as keyspan's tasks acknowl
 
 
 ACKNOWLEDGING = "the same, workers acknowledging at once"
+ONE_ACKNOWLEDGING = "one Python stage, its workers acknowledging at once"
 
 
 def spark_floor(spark, rows: int, repeats: int = 60) -> dict:
     """What Spark itself takes, warm, for an epoch's shape with no keyspan in it: the same rows through
     a JVM-only exchange, through one Python ``mapInArrow`` stage, and through two with an exchange
     between them (keyspan's source stage, key-group exchange and keyed stage), and the last with its
-    workers acknowledging at once, as keyspan's do (docs/benchmarks.md). Median of the last half."""
+    workers acknowledging at once, as keyspan's do (docs/benchmarks.md); and one stage acknowledging at
+    once, the shape of an epoch whose input the driver read. Median of the last half."""
     df = spark.range(rows, numPartitions=2).selectExpr("id", "cast(id % 2 as int) as sub")
     shapes = {
         "JVM only, with an exchange": lambda: df.repartition(2, "sub").collect(),
@@ -171,6 +177,7 @@ def spark_floor(spark, rows: int, repeats: int = 60) -> dict:
         .mapInArrow(_identity, df.schema).collect(),
         ACKNOWLEDGING: lambda: df.mapInArrow(_identity_acknowledging, df.schema).repartitionById(2, "sub")
         .mapInArrow(_identity_acknowledging, df.schema).collect(),
+        ONE_ACKNOWLEDGING: lambda: df.mapInArrow(_identity_acknowledging, df.schema).collect(),
     }
     floor = {}
     for name, job in shapes.items():
@@ -214,6 +221,9 @@ def main():
                          "(0: every epoch as Spark jobs)")
     ap.add_argument("--floor", action="store_true",
                     help="then time Spark alone on an epoch's shape (same rows, no keyspan) and compare")
+    ap.add_argument("--read-in-driver", type=int, nargs="+", default=[5000], metavar="RECORDS",
+                    help="run each trigger with env.set_small_epochs_read_in_driver(RECORDS), for each value given "
+                         "(0: the driver never reads an epoch's input; 5,000 is the default)")
     ap.add_argument("--python-workers-over-unix-sockets", action="store_true",
                     help="spark.python.unix.domain.socket.enabled: the JVM talks to its Python workers over Unix "
                          "sockets instead of TCP, Spark's default (docs/deployment.md)")
@@ -225,9 +235,11 @@ def main():
               f"per key, results delivered after each checkpoint commits; {args.seconds:.0f} s measured after "
               f"{args.warmup:.0f} s warm-up", flush=True)
         for interval in args.intervals:
-            for in_driver in args.small_epochs_in_driver:
-                r = run(spark, interval, args, work, in_driver)
-                mode = f", epochs of <= {in_driver:,} records in the driver" if in_driver else ""
+            for in_driver, read_in_driver in itertools.product(args.small_epochs_in_driver, args.read_in_driver):
+                r = run(spark, interval, args, work, in_driver, read_in_driver)
+                mode = (f", epochs of <= {in_driver:,} records in the driver" if in_driver else "") + (
+                    f", input of <= {read_in_driver:,} records read in the driver" if read_in_driver
+                    else ", no input read in the driver")
                 print(f"trigger {interval:>5} ms{mode}: event landed -> result {pct(r['latency'])}  "
                       f"({r['events']:,} events, {r['missing']} not delivered)\n{breakdown(r)}", flush=True)
         if args.floor:  # against the last trigger's epochs
@@ -238,7 +250,8 @@ def main():
                   + "; ".join(f"{name} {ms:.0f}" for name, ms in floor.items())
                   + f"\n    keyspan's tasks at the last trigger took {tasks:.0f} ms: "
                   f"{tasks / floor['two Python stages and an exchange']:.2f}x Spark alone on the same shape, "
-                  f"{tasks / floor[ACKNOWLEDGING]:.2f}x with its workers acknowledging at once", flush=True)
+                  f"{tasks / floor[ACKNOWLEDGING]:.2f}x with its workers acknowledging at once, "
+                  f"{tasks / floor[ONE_ACKNOWLEDGING]:.2f}x one stage acknowledging at once", flush=True)
             empty = spark_empty_batches(spark, args.intervals[-1], args.rate, work)
             print(f"Spark alone, a query that does nothing at the {args.intervals[-1]} ms trigger: "
                   f"{empty['triggerExecution']:.0f} ms per batch ("

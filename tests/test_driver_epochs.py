@@ -298,12 +298,28 @@ def test_a_key_s_records_read_in_the_driver_all_reach_its_subtask(workdir):
     assert sorted((r[0], r[2]) for r in out) == [("a", n) for n in range(1, 22)] + [("b", n) for n in range(1, 8)]
 
 
+class CountThenFire(Count):
+    """Count, and an event-time timer per record."""
+
+    def process_element(self, value, ctx):
+        ctx.timer_service().register_event_time_timer(value.ts)
+        yield from super().process_element(value, ctx)
+
+    def on_timer(self, timestamp, ctx):
+        yield "fired", ctx.get_current_key(), timestamp, 0, os.getpid()
+
+
 def test_epochs_read_in_the_driver_are_marked_in_the_epoch_phases(workdir):
+    """Epochs of 4, 40, 4, 40 and 4 records, at most 10 read in the driver: the keyed stage, its state and
+    its timers stay on Spark in every epoch."""
     from keyspan.datastream import SinkFunction
 
-    class Drop(SinkFunction):
+    class Keep(SinkFunction):
+        def __init__(self):
+            self.rows = []
+
         def invoke(self, value, context):
-            pass
+            self.rows.append(value)
 
     _files(workdir / "in", [4, 40, 4, 40, 4])
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -311,8 +327,31 @@ def test_epochs_read_in_the_driver_are_marked_in_the_epoch_phases(workdir):
     env.set_small_epochs_read_in_driver(10)
     source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(workdir / "in")) \
         .set_max_files_per_epoch(1).build()
-    env.from_source(source, None, "events").key_by(lambda r: r.key).process(Count()).uid("count").add_sink(Drop())
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Ts())
+    sink = Keep()
+    env.from_source(source, strategy, "events").key_by(lambda r: r.key).process(CountThenFire()).uid("count") \
+        .add_sink(sink)
     result = env.execute("read-in-driver-phases")
-    assert [p["tasks.read_in_driver"] for p in result.epoch_phases] == [True, False, True, False, True]
-    assert [p["tasks.in_driver"] for p in result.epoch_phases] == [False] * 5
+    phases = result.epoch_phases
+    assert [p["tasks.read_in_driver"] for p in phases] == [True, False, True, False, True]
+    assert [p["tasks.in_driver"] for p in phases] == [False] * 5
     assert result.metrics.summary()["epochs_in_driver"] == 0
+    fired = [r for r in sink.rows if r[0] == "fired"]
+    assert len(fired) == 92 and DRIVER not in {r[4] for r in fired}
+
+
+def test_an_empty_epoch_runs_whole_in_the_driver_only_when_asked(monkeypatch):
+    """An epoch with no records is within any limit: without ``set_small_epochs_in_driver`` the driver
+    still runs only its source stages."""
+    from types import SimpleNamespace
+
+    from keyspan.runtime import driver_epoch
+
+    monkeypatch.setattr(driver_epoch, "decode_context", lambda context: context)
+    ran = []
+    for whole_limit, expected in ((0, False), (10, True)):
+        epochs = driver_epoch.DriverEpochs(None, {}, {}, max_records=whole_limit, sources_max_records=10)
+        epochs._read = lambda ctx, limit: ({}, 0)
+        epochs._run = lambda ctx, inputs, whole: ran.append(whole) or {}
+        assert epochs.run(SimpleNamespace(epoch=1, run_id="r"), "context") == ({}, expected)
+    assert ran == [False, True]

@@ -323,6 +323,13 @@ class FileReader(SourceReader):
                                "directory from its start")
         return [known[lo:hi] for lo, hi in split_range(start["files"], end["files"], parallelism)]
 
+    def most_bytes(self, partitions):
+        total = 0
+        for name in (name for partition in partitions for name in partition):
+            root, path = self._locate(name)
+            total += root.size(path)
+        return total
+
     def read(self, partition):
         for name in partition:
             root, path = self._locate(name)

@@ -77,6 +77,11 @@ class SourceReader:
         them tells): the driver then knows an epoch is too large to run itself without reading it."""
         return None
 
+    def most_bytes(self, partitions: list) -> int | None:
+        """How many bytes ``partitions`` take where they are stored, if cheap to know (None: unknown):
+        the driver reads no large file to count its records."""
+        return None
+
     def backlog(self, offset: dict | None) -> int | None:
         """How many of the reader's units (records, files) are not read yet at ``offset``, if it knows."""
         return None

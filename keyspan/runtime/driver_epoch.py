@@ -1,14 +1,20 @@
-"""Small epochs run in the driver process instead of as Spark jobs (opt-in:
-``StreamExecutionEnvironment.set_small_epochs_in_driver``).
+"""Small epochs in the driver process: run whole (opt-in,
+``StreamExecutionEnvironment.set_small_epochs_in_driver``), or read there (on by default,
+``set_small_epochs_read_in_driver``).
 
-An epoch run as Spark jobs costs Spark two Python stages and an exchange: 200–350 ms on a small
-machine whatever the epoch holds (docs/benchmarks.md), which bounds latency. An epoch of a few
-thousand records takes the driver a few ms. The driver runs exactly what the tasks would run — a
-``StageTask`` per stage and subtask, with the same epoch context, reports and checkpoint files —
-and does the exchange itself by each row's subtask column, so the commit protocol is unchanged.
-State-wise the driver is one more Python process a subtask can run in: its operator instances stay
-cached there across driver epochs, and when an epoch is too large and runs on Spark again, the
-workers catch up from the checkpoint as they do whenever Spark moves a subtask.
+An epoch run as Spark jobs costs Spark two Python stages and an exchange whatever the epoch holds
+(docs/benchmarks.md), which bounds latency. An epoch of a few thousand records takes the driver a
+few ms. Run whole, the driver runs exactly what the tasks would run — a ``StageTask`` per stage and
+subtask, with the same epoch context, reports and checkpoint files — and does the exchange itself by
+each row's subtask column, so the commit protocol is unchanged. State-wise the driver is one more
+Python process a subtask can run in: its operator instances stay cached there across driver epochs,
+and when an epoch is too large and runs on Spark again, the workers catch up from the checkpoint as
+they do whenever Spark moves a subtask.
+
+Read there, the driver runs only the source stages (which hold no state: an operator with operator
+state gets a stage of its own, ``planner``), and each subtask of the stages they feed gets its rows as
+one partition of a DataFrame the driver made (``SparkStages._driver_input``): those stages, and the
+keyed state, run as Spark jobs of one stage, with no exchange.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from keyspan.runtime.worker import instances
 from keyspan.runtime.worker.task import StageTask, source_reader, stage_plan
 
 log = get_logger("keyspan.runtime")
+BYTES_PER_RECORD = 1024  # an epoch's files larger than this per record of the limit are not read in the driver
 
 
 def runs_in_driver(plan: PhysicalPlan, readers: dict) -> bool:
@@ -70,7 +77,7 @@ class DriverEpochs:
             if inputs is None:
                 self._forget_when_idle()
                 return None
-            whole = records <= self.max_records
+            whole = 0 < self.max_records and records <= self.max_records
             outputs = self._run(decode_context(context), inputs, whole)
             self.last_run = time.monotonic()
             return outputs, whole
@@ -105,6 +112,9 @@ class DriverEpochs:
         readers = {stage_id: source_reader(self.reader_code[stage_id]) for stage_id in ctx.reads}
         bounds = [readers[stage_id].most_records(partitions) for stage_id, partitions in ctx.reads.items()]
         if sum(b for b in bounds if b is not None) > limit:
+            return None, 0
+        sizes = [readers[stage_id].most_bytes(partitions) for stage_id, partitions in ctx.reads.items()]
+        if sum(b for b in sizes if b is not None) > limit * BYTES_PER_RECORD:
             return None, 0
         records = 0
         inputs = {}
