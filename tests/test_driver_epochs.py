@@ -61,14 +61,20 @@ def _files(folder, sizes):
         (folder / f"part-{i:03d}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def _run(folder, in_driver: int, backend=HashMapStateBackend, opened_log: str | None = None, read_in_driver: int = 0):
+def _job(folder, in_driver: int = 0, read_in_driver: int = 0, backend=HashMapStateBackend, files_per_epoch: int = 1):
+    """An environment at parallelism 2 and a source reading ``files_per_epoch`` of the folder's files per epoch."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.set_state_backend(backend())
     env.set_small_epochs_in_driver(in_driver)
     env.set_small_epochs_read_in_driver(read_in_driver)
     source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
-        .set_max_files_per_epoch(1).build()
+        .set_max_files_per_epoch(files_per_epoch).build()
+    return env, source
+
+
+def _run(folder, in_driver: int, backend=HashMapStateBackend, opened_log: str | None = None):
+    env, source = _job(folder, in_driver, backend=backend)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Ts())
     events = env.from_source(source, strategy, "events").uid("events")
     counts = events.key_by(lambda r: r.key).process(Count(opened_log)).uid("count")
@@ -173,11 +179,7 @@ def test_the_epochs_run_in_the_driver_are_counted_in_the_job_metrics(workdir):
             pass
 
     _files(workdir / "in", [4, 40, 4, 40, 4])
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
-    env.set_small_epochs_in_driver(10)
-    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(workdir / "in")) \
-        .set_max_files_per_epoch(1).build()
+    env, source = _job(workdir / "in", in_driver=10)
     env.from_source(source, None, "events").key_by(lambda r: r.key).process(Count()).uid("count").add_sink(Drop())
     result = env.execute("in-driver-metrics")
     assert result.metrics.summary()["epochs_in_driver"] == 3
@@ -249,12 +251,7 @@ class Numbered(MapFunction, CheckpointedFunction):
 
 
 def _run_read_in_driver(folder, read_in_driver: int, backend=HashMapStateBackend, files_per_epoch: int = 1):
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
-    env.set_state_backend(backend())
-    env.set_small_epochs_read_in_driver(read_in_driver)
-    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(folder)) \
-        .set_max_files_per_epoch(files_per_epoch).build()
+    env, source = _job(folder, read_in_driver=read_in_driver, backend=backend, files_per_epoch=files_per_epoch)
     result = env.from_source(source, None, "events").uid("events").map(lambda r: (r.key, r.v, os.getpid())) \
         .key_by(lambda t: t[0]).process(CountWithSourcePid()).uid("count").map(Numbered()).uid("numbered")
     return list(result.execute_and_collect())
@@ -322,11 +319,7 @@ def test_epochs_read_in_the_driver_are_marked_in_the_epoch_phases(workdir):
             self.rows.append(value)
 
     _files(workdir / "in", [4, 40, 4, 40, 4])
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
-    env.set_small_epochs_read_in_driver(10)
-    source = FileSource.for_record_stream_format(StreamFormat.json_lines_format(), str(workdir / "in")) \
-        .set_max_files_per_epoch(1).build()
+    env, source = _job(workdir / "in", read_in_driver=10)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(0)).with_timestamp_assigner(Ts())
     sink = Keep()
     env.from_source(source, strategy, "events").key_by(lambda r: r.key).process(CountThenFire()).uid("count") \

@@ -74,6 +74,7 @@ def test_arrow_batches_are_cut_by_record_count_in_keyspan_query_only(env, spark,
     if user_value is not None:
         spark.conf.set(ARROW_MAX_BYTES, user_value)
     try:
+        env.set_small_epochs_read_in_driver(0)  # its source stage runs on Spark
         runner = _run_small_job(env, "arrow-batches")
         query_session = _query_session(runner)
         read_tasks = list(runner.stages._read_frames.values())
