@@ -350,12 +350,12 @@ def test_an_empty_epoch_runs_whole_in_the_driver_only_when_asked(monkeypatch):
     assert ran == [False, True]
 
 
-def test_the_driver_does_not_read_files_larger_than_a_kib_per_record_of_the_limit(workdir):
-    """Limit 10 records: a file of 5 records is read in the driver, one of 5 records of 3 KB each (15 KB,
-    over 10 KiB) is read by Spark's tasks, without the driver reading it first."""
+def test_the_driver_does_not_read_files_larger_than_64_bytes_per_record_of_the_limit(workdir):
+    """Limit 10 records: a file of 5 records is read in the driver, one of 5 records of 200 bytes each
+    (over 640 bytes) is read by Spark's tasks, without the driver reading it first."""
     folder = workdir / "in"
     folder.mkdir()
-    for i, pad in enumerate([0, 3000, 0]):
+    for i, pad in enumerate([0, 150, 0]):
         (folder / f"part-{i:03d}.jsonl").write_text("".join(
             json.dumps({"key": f"k{j}", "ts": 0, "v": i, "pad": "x" * pad}) + "\n" for j in range(5)))
     out = _run_read_in_driver(folder, 10)
