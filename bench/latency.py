@@ -129,7 +129,7 @@ def breakdown(r: dict) -> str:
     ph = r["phases"]
     wait = lambda p: p.get("commit.wait", 0)  # noqa: E731 — waiting for the previous epoch's commit
     commit = [f"{k.split('.')[1]} {med([p[k] for p in ph if k in p]):.0f}" for k in
-              ("commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention")]
+              ("commit.sync_files", "commit.metadata", "commit.checkpoint_file", "commit.publish", "commit.retention")]
     spark = r["spark"]
     own = [(d.get("triggerExecution", 0) - d.get("addBatch", 0)) / 1000 for d in spark]
     detail = {k: med([d.get(k, 0) / 1000 for d in spark]) for k in ("latestOffset", "queryPlanning", "walCommit",

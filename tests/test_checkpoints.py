@@ -122,3 +122,45 @@ def test_retired_checkpoints_history_stays_bounded(database, tmp_path, request):
     assert [h["epoch"] for h in history] == list(range(newest - 49, newest + 1))
     assert all(h["duration_ms"] == 1000.0 for h in history)
     assert store.latest_checkpoint("long")["epoch"] == newest
+
+
+def test_the_commit_fsyncs_every_state_file_of_its_epoch_before_recording_the_checkpoint(env, workdir, monkeypatch):
+    """Tasks write their state files without waiting for the disk; the driver's commit makes each
+    one durable (fsync) before the metadata transaction that lists it, so a machine crash after a
+    commit cannot leave a committed checkpoint pointing at lost bytes."""
+    import os
+
+    events = []
+    real_fsync, real_commit = os.fsync, MetadataStore.commit_checkpoint
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def commit_checkpoint(self, **kwargs):
+        events.append(("commit", kwargs["epoch"]))
+        return real_commit(self, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(MetadataStore, "commit_checkpoint", commit_checkpoint)
+    env.set_parallelism(2)
+    inputs = workdir / "in"
+    inputs.mkdir()
+    for i in range(3):
+        (inputs / f"f-{i:03d}.txt").write_text("\n".join(f"{k},v{i}" for k in range(200)))
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(inputs)) \
+        .set_max_files_per_epoch(1).build()
+    env.from_source(source, None, "lines").uid("src").map(lambda line: tuple(line.split(","))) \
+        .key_by(lambda r: r[0]).process(Latest()).uid("latest").sink_to(DiscardingSink())
+    env.execute("synced")
+
+    opts = run_options.current()
+    storage = Storage(opts.checkpoint_root()).child("synced")
+    checkpoints = MetadataStore(opts.metadata()).list_checkpoints("synced")
+    assert len(checkpoints) >= 3
+    for c in checkpoints:
+        own = [storage.full_path(h["path"]) for hs in c["manifest"].values() for h in hs if h["epoch"] == c["epoch"]]
+        assert len(own) >= 2, own  # a state file per subtask at least
+        recorded = events.index(("commit", c["epoch"]))
+        synced_before = {path for kind, path in events[:recorded] if kind == "fsync"}
+        assert set(own) <= synced_before, sorted(set(own) - synced_before)

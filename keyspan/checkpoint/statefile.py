@@ -84,8 +84,9 @@ def encode(sections, meta: dict | None = None) -> bytes:
     return buf.getvalue()
 
 
-def write(storage: Storage, rel: str, sections, meta: dict | None = None) -> dict:
-    """Write atomically; returns size and checksum for the handle.
+def write(storage: Storage, rel: str, sections, meta: dict | None = None, sync: bool = True) -> dict:
+    """Write atomically; returns size and checksum for the handle. ``sync`` False: not fsynced on a
+    local file system until someone calls ``Storage.sync_files`` (a checkpoint's commit does).
 
     ``sections``: a dict or mapping key group → payload bytes, or an iterable of (key group,
     payload) pairs in ascending key-group order. The file is written as the sections come
@@ -98,16 +99,16 @@ def write(storage: Storage, rel: str, sections, meta: dict | None = None) -> dic
     def produce(f):
         result.update(_write_file(f, sections, meta))
 
-    storage.write_with(rel, produce, retry=isinstance(sections, dict) or hasattr(sections, "items"))
+    storage.write_with(rel, produce, retry=isinstance(sections, dict) or hasattr(sections, "items"), sync=sync)
     return {"path": rel, "bytes": result["bytes"], "sha256": result["sha256"]}
 
 
 OPERATOR_SECTION = -1  # an operator-state file's one section: outside every key-group range, so keyed readers skip it
 
 
-def write_section(storage: Storage, rel: str, payload: bytes, meta: dict | None = None) -> dict:
+def write_section(storage: Storage, rel: str, payload: bytes, meta: dict | None = None, sync: bool = True) -> dict:
     """A file with one section that is no key group (an operator subtask's whole operator state)."""
-    return write(storage, rel, {OPERATOR_SECTION: payload}, meta=meta)
+    return write(storage, rel, {OPERATOR_SECTION: payload}, meta=meta, sync=sync)
 
 
 def read_section(storage: Storage, rel: str, stats: "ReadStats | None" = None) -> bytes | None:

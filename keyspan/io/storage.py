@@ -25,6 +25,7 @@ import random
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
@@ -53,6 +54,7 @@ _THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTi
 # streamed files are uploaded in one PUT up to this size, in multipart parts of this size above it
 # (see write_with); iter_read and copy_file move files in pieces of this size
 STREAM_CHUNK = 8 << 20
+SYNC_THREADS = 8  # files fsynced at once by ``sync_files``
 
 
 def safe_name(name: str) -> str:
@@ -222,21 +224,22 @@ class Storage:
 
         self._io("write", rel, op)
 
-    def write_with(self, rel: str, produce, retry: bool = True) -> None:
+    def write_with(self, rel: str, produce, retry: bool = True, sync: bool = True) -> None:
         """Write a file atomically by calling ``produce(f)``, which writes its bytes into the binary
         file ``f`` as it makes them: nothing of the file has to be in memory at once, and a reader
         sees the whole file or nothing, as with ``write``.
 
-        On a local file system ``f`` is a temporary file beside the target, fsynced and renamed
-        over it; a transient error runs ``produce`` again on a fresh temporary file (``retry``:
-        only when ``produce`` can run twice). Elsewhere ``f`` is a local temporary file that is then
-        uploaded, with retries (it can be read again): up to ``STREAM_CHUNK`` bytes in one write
+        On a local file system ``f`` is a temporary file beside the target, fsynced (unless ``sync``
+        is False: then whoever relies on the file surviving a machine crash calls ``sync_files``
+        first) and renamed over it; a transient error runs ``produce`` again on a fresh temporary
+        file (``retry``: only when ``produce`` can run twice). Elsewhere ``f`` is a local temporary
+        file that is then uploaded, with retries (it can be read again): up to ``STREAM_CHUNK`` bytes in one write
         (one PUT); larger, with s3fs, as a multipart upload in ``STREAM_CHUNK`` parts that S3
         publishes only when it completes (an incomplete one is aborted); on other file systems
         (hdfs, memory) to a temporary name that is then renamed. An exception from ``produce``
         leaves nothing behind."""
         if self.is_local:
-            self._io("write", rel, lambda _attempt: self._write_local(rel, produce),
+            self._io("write", rel, lambda _attempt: self._write_local(rel, produce, sync),
                      attempts=None if retry else 1)
             return
         fd, spool = tempfile.mkstemp(prefix="keyspan-upload-")
@@ -293,7 +296,7 @@ class Storage:
 
         self.write_with(rel, produce, retry=replay is not None)
 
-    def _write_local(self, rel: str, produce) -> None:
+    def _write_local(self, rel: str, produce, sync: bool = True) -> None:
         target = self.full_path(rel)
         os.makedirs(posixpath.dirname(target), exist_ok=True)
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
@@ -301,7 +304,8 @@ class Storage:
             with open(tmp, "wb") as f:
                 produce(f)
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             os.replace(tmp, target)
         except BaseException:
             try:
@@ -309,6 +313,29 @@ class Storage:
             except OSError:
                 pass
             raise
+
+    def sync_files(self, rels) -> None:
+        """Make files written with ``write_with(..., sync=False)`` survive a machine crash: on a local
+        file system each one's data is fsynced, from whichever process wrote it (elsewhere a file is
+        durable once written)."""
+        if not self.is_local or not rels:
+            return
+
+        def sync(rel):
+            def op(_attempt):
+                fd = os.open(self.full_path(rel), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            # once: after a failed fsync Linux reports the lost writes to no later one
+            self._io("sync", rel, op, attempts=1)
+
+        if len(rels) == 1:
+            sync(rels[0])
+            return
+        with ThreadPoolExecutor(min(len(rels), SYNC_THREADS)) as pool:  # the disk flushes them together
+            list(pool.map(sync, rels))
 
     def iter_read(self, rel: str, chunk_size: int = STREAM_CHUNK, offset: int = 0, length: int | None = None):
         """The file's bytes (or ``length`` bytes from ``offset``) in pieces of ``chunk_size``, one

@@ -81,7 +81,9 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
     parallelism changed — a full snapshot of the subtask's key groups. A compaction's full snapshot
     comes with the epoch's delta as well (``catch_up``), and keeps the deltas of the chain it
     compacted listed (``catch_up_from``): a worker that cached the subtask during that chain applies
-    deltas instead of rebuilding the whole subtask from the full snapshot."""
+    deltas instead of rebuilding the whole subtask from the full snapshot. The files are not fsynced
+    here: the driver's commit does that for every file of the epoch, while Spark logs the batch
+    (``CheckpointCoordinator.commit``), which keeps it out of the epoch's time."""
     handles: list[StateHandle] = []
     tokens = {}
     epoch = ctx.epoch
@@ -91,7 +93,7 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
         if inst.operator_state is not None:
             rel = state_file_name(uid, epoch, subtask, token, OPERATOR)
             payload = operator_state.encode(inst.operator_state.snapshot(), inst.op.name)
-            written = statefile.write_section(ctx.storage, rel, payload, meta={"kind": OPERATOR})
+            written = statefile.write_section(ctx.storage, rel, payload, meta={"kind": OPERATOR}, sync=False)
             # kg: an empty key-group range — the file holds no key group, keyed restores skip it
             handles.append(StateHandle(uid=uid, kind=OPERATOR, epoch=epoch, kg=[0, 0], subtask=subtask,
                                        parallelism=parallelism, **written))
@@ -104,12 +106,14 @@ def snapshot(instances, ctx, subtask: int, parallelism: int, token: str) -> tupl
         if not ctx.full_all:  # after a rescale no worker holds these key groups: nothing to catch up
             sections = inst.backend.delta_sections()
             if full or sections:
-                written = statefile.write(ctx.storage, state_file_name(uid, epoch, subtask, token, DELTA), sections)
+                written = statefile.write(ctx.storage, state_file_name(uid, epoch, subtask, token, DELTA), sections,
+                                          sync=False)
                 handles.append(StateHandle(uid=uid, kind=DELTA, epoch=epoch, kg=kg, subtask=subtask, **written,
                                            **({"catch_up": True} if full else {})))
             if full:
                 catch_up = {"catch_up_from": compaction_base(committed, inst.key_groups)["epoch"]}
         if full:
-            written = statefile.write(ctx.storage, state_file_name(uid, epoch, subtask, token, FULL), inst.backend.full_sections())
+            written = statefile.write(ctx.storage, state_file_name(uid, epoch, subtask, token, FULL),
+                                      inst.backend.full_sections(), sync=False)
             handles.append(StateHandle(uid=uid, kind=FULL, epoch=epoch, kg=kg, subtask=subtask, **written, **catch_up))
     return handles, tokens
