@@ -124,11 +124,14 @@ def test_retired_checkpoints_history_stays_bounded(database, tmp_path, request):
     assert store.latest_checkpoint("long")["epoch"] == newest
 
 
-def test_the_commit_fsyncs_every_state_file_of_its_epoch_before_recording_the_checkpoint(env, workdir, monkeypatch):
-    """Tasks write their state files without waiting for the disk; the driver's commit makes each
-    one durable (fsync) before the metadata transaction that lists it, so a machine crash after a
-    commit cannot leave a committed checkpoint pointing at lost bytes."""
+def test_the_commit_fsyncs_every_file_of_its_epoch_before_recording_the_checkpoint(env, workdir, monkeypatch):
+    """Tasks write their state files and staged sink output without waiting for the disk; the
+    driver's commit makes each one durable (fsync) before the metadata transaction that lists it, so
+    a machine crash after a commit cannot leave a committed checkpoint pointing at lost bytes."""
     import os
+
+    from keyspan.common import Encoder
+    from keyspan.datastream.connectors.file_system import FileSink
 
     events = []
     real_fsync, real_commit = os.fsync, MetadataStore.commit_checkpoint
@@ -144,23 +147,27 @@ def test_the_commit_fsyncs_every_state_file_of_its_epoch_before_recording_the_ch
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(MetadataStore, "commit_checkpoint", commit_checkpoint)
     env.set_parallelism(2)
-    inputs = workdir / "in"
+    inputs, output = workdir / "in", workdir / "out"
     inputs.mkdir()
     for i in range(3):
         (inputs / f"f-{i:03d}.txt").write_text("\n".join(f"{k},v{i}" for k in range(200)))
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(inputs)) \
         .set_max_files_per_epoch(1).build()
-    env.from_source(source, None, "lines").uid("src").map(lambda line: tuple(line.split(","))) \
-        .key_by(lambda r: r[0]).process(Latest()).uid("latest").sink_to(DiscardingSink())
+    lines = env.from_source(source, None, "lines").uid("src").map(lambda line: tuple(line.split(",")))
+    lines.key_by(lambda r: r[0]).process(Latest()).uid("latest").sink_to(DiscardingSink())
+    lines.map(lambda r: r[1]).sink_to(FileSink.for_row_format(str(output), Encoder.simple_string_encoder()).build()) \
+        .uid("out")
     env.execute("synced")
 
     opts = run_options.current()
-    storage = Storage(opts.checkpoint_root()).child("synced")
+    storage, sink_storage = Storage(opts.checkpoint_root()).child("synced"), Storage(str(output))
     checkpoints = MetadataStore(opts.metadata()).list_checkpoints("synced")
     assert len(checkpoints) >= 3
     for c in checkpoints:
         own = [storage.full_path(h["path"]) for hs in c["manifest"].values() for h in hs if h["epoch"] == c["epoch"]]
-        assert len(own) >= 2, own  # a state file per subtask at least
+        staged = [sink_storage.full_path(h["staged"]) for h in c["sinks"].get("out", [])]
+        assert len(own) >= 2 and staged, (own, staged)  # a state file per keyed subtask, a part file
         recorded = events.index(("commit", c["epoch"]))
         synced_before = {path for kind, path in events[:recorded] if kind == "fsync"}
-        assert set(own) <= synced_before, sorted(set(own) - synced_before)
+        assert set(own + staged) <= synced_before, sorted(set(own + staged) - synced_before)
+    assert sum(len(p.read_text().split()) for p in output.rglob("part-*")) == 600

@@ -200,7 +200,11 @@ class CheckpointCoordinator:
             bytes_written += sum(h["bytes"] for h in report.handles)
         manifest = next_manifest(self.committed["manifest"] if self.committed else {}, handles)
         steps = [time.perf_counter()]
-        self.storage.sync_files([h["path"] for h in handles])  # tasks leave that to the commit (state_io.snapshot)
+        # the tasks did not wait for the disk (state_io.snapshot, the sinks' staging): a commit's files are durable
+        self.storage.sync_files([h["path"] for h in handles])
+        for uid, staged in sinks.items():
+            if uid in self.sinks:  # else publishing says the sink is gone
+                self.sinks[uid].sync_staged(staged)
         steps.append(time.perf_counter())
         also = with_commit(epoch, bytes_written, manifest) if with_commit is not None else None
         with self.files_lock:

@@ -370,6 +370,9 @@ class FileSink(Sink):
     def compacts(self) -> bool:
         return self.compaction is not None
 
+    def sync_staged(self, handles: list[dict]) -> None:
+        self.storage().sync_files([h["staged"] for h in handles])
+
     def publish(self, handles: list[dict]) -> None:
         if self.compaction is not None:
             self._compaction().add(handles)
@@ -462,7 +465,7 @@ class FileSinkWriter:
         self._counts[bucket] = n + 1
         staged = posixpath.join(STAGING, f"e{self._epoch:010d}-s{self._subtask:04d}-{self._token}"
                                 + (f"-{len(self._handles)}" if self._handles else ""))
-        self._sink.storage().write(staged, part.close())
+        self._sink.storage().write(staged, part.close(), sync=False)  # the commit syncs it (sync_staged)
         self._handles.append({"staged": staged, "final": self._sink.final_name(bucket, self._epoch, self._subtask, n),
                               "epoch": self._epoch})
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import time
 
-from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records
+from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records, sync_staging
 from keyspan.io.storage import safe_name
 
 STAGING = "jdbc-staging"
@@ -180,6 +180,9 @@ class JdbcSink(Sink):
         return tuple(record)
 
     # -- the driver, after the checkpoint committed ---------------------------------------------------------
+    def sync_staged(self, handles: list[dict]) -> None:
+        sync_staging(self.staging, handles)
+
     def publish(self, handles: list[dict]) -> None:
         if not handles:
             return

@@ -20,6 +20,10 @@ class Sink:
     def create_writer(self, subtask: int, epoch: int, token: str):
         raise NotImplementedError
 
+    def sync_staged(self, handles: list[dict]) -> None:
+        """Makes an epoch's staged output survive a machine crash, before its checkpoint commits: the
+        tasks stage it without waiting for the disk (``Storage.sync_files``)."""
+
     def publish(self, handles: list[dict]) -> None:
         """Makes an epoch's staged output visible; runs again for the same handles after a crash."""
 
@@ -52,8 +56,14 @@ class StagingWriter:
         if self.staging is None:
             raise RuntimeError(f"{self.what}: exactly-once output needs the job's checkpoint storage to stage it")
         name = f"e{self.epoch:010d}-s{self.subtask:04d}-{self.token}"
-        self.staging.write(name, serde.dumps(self.records))
+        self.staging.write(name, serde.dumps(self.records), sync=False)  # the commit syncs it (sync_staged)
         return {"staged": name, "epoch": self.epoch, "subtask": self.subtask, "records": len(self.records)}
+
+
+def sync_staging(staging, handles: list[dict]) -> None:
+    """``Sink.sync_staged`` of a sink whose tasks stage their records through ``StagingWriter``."""
+    if staging is not None:
+        staging.sync_files([h["staged"] for h in handles])
 
 
 def staged_records(staging, handles: list[dict]):

@@ -213,12 +213,13 @@ class Storage:
             return False
 
     # -- operations ------------------------------------------------------------------------------
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes, sync: bool = True) -> None:
+        """``data`` as the file ``rel``, atomically (``sync``: as in ``write_with``)."""
         def op(_attempt):
             fs, _ = self._resolve()
             target = self.full_path(rel)
             if self.is_local:
-                self._write_local(rel, lambda f: f.write(data))
+                self._write_local(rel, lambda f: f.write(data), sync)
             else:  # one PUT: an object store publishes the whole object at once
                 fs.pipe_file(target, data)
 

@@ -19,7 +19,7 @@ import sys
 from enum import Enum
 
 from keyspan.connectors.kafka.clients import CLIENT_LOG, owned, release, shared_producer
-from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records
+from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records, sync_staging
 from keyspan.io.storage import safe_name
 
 STAGING = "kafka-staging"
@@ -172,6 +172,9 @@ class KafkaSink(Sink):
         published = mark.offset - 1 if mark.offset >= 0 and mark.metadata == life else -1
         self._publisher = [producer, group, published, life]
         return self._publisher
+
+    def sync_staged(self, handles: list[dict]) -> None:
+        sync_staging(self.staging, handles)
 
     def publish(self, handles: list[dict]) -> None:
         if not handles:
