@@ -234,11 +234,11 @@ class Storage:
         is False: then whoever relies on the file surviving a machine crash calls ``sync_files``
         first) and renamed over it; a transient error runs ``produce`` again on a fresh temporary
         file (``retry``: only when ``produce`` can run twice). Elsewhere ``f`` is a local temporary
-        file that is then uploaded, with retries (it can be read again): up to ``STREAM_CHUNK`` bytes in one write
-        (one PUT); larger, with s3fs, as a multipart upload in ``STREAM_CHUNK`` parts that S3
-        publishes only when it completes (an incomplete one is aborted); on other file systems
-        (hdfs, memory) to a temporary name that is then renamed. An exception from ``produce``
-        leaves nothing behind."""
+        file that is then uploaded, with retries (it can be read again): up to ``STREAM_CHUNK``
+        bytes in one write (one PUT); larger, with s3fs, as a multipart upload in ``STREAM_CHUNK``
+        parts that S3 publishes only when it completes (an incomplete one is aborted); on other file
+        systems (hdfs, memory) to a temporary name that is then renamed. An exception from
+        ``produce`` leaves nothing behind."""
         if self.is_local:
             self._io("write", rel, lambda _attempt: self._write_local(rel, produce, sync),
                      attempts=None if retry else 1)
