@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import time
 
-from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records, sync_staging
+from keyspan.connectors.sinks import StagingSink, StagingWriter, clean_up_to, incarnation, staged_records
 from keyspan.io.storage import safe_name
 
 STAGING = "jdbc-staging"
@@ -126,7 +126,7 @@ class JdbcExecutionOptions:
             return JdbcExecutionOptions(**self._options)
 
 
-class JdbcSink(Sink):
+class JdbcSink(StagingSink):
     """PyFlink's ``JdbcSink``: ``ds.add_sink(JdbcSink.sink(sql, type_info, connection_options))``. ``sql``
     is any DML statement with JDBC's ``?`` parameters, filled from each record's fields in order."""
 
@@ -180,9 +180,6 @@ class JdbcSink(Sink):
         return tuple(record)
 
     # -- the driver, after the checkpoint committed ---------------------------------------------------------
-    def sync_staged(self, handles: list[dict]) -> None:
-        sync_staging(self.staging, handles)
-
     def publish(self, handles: list[dict]) -> None:
         if not handles:
             return

@@ -34,6 +34,17 @@ class Sink:
         """A sink that ``compacts``: a bounded job ended, so whatever output waits becomes visible."""
 
 
+class StagingSink(Sink):
+    """A sink whose tasks stage their records through ``StagingWriter`` in ``staging``, a folder of
+    the job's checkpoint storage (set by its ``use_checkpoint_storage``)."""
+
+    staging = None
+
+    def sync_staged(self, handles: list[dict]) -> None:
+        if self.staging is not None:
+            self.staging.sync_files([h["staged"] for h in handles])
+
+
 class StagingWriter:
     """An exactly-once sink's task: the epoch's records, serialized, staged in the job's checkpoint
     storage under a name unique to the attempt, for the driver to publish after the commit."""
@@ -58,12 +69,6 @@ class StagingWriter:
         name = f"e{self.epoch:010d}-s{self.subtask:04d}-{self.token}"
         self.staging.write(name, serde.dumps(self.records), sync=False)  # the commit syncs it (sync_staged)
         return {"staged": name, "epoch": self.epoch, "subtask": self.subtask, "records": len(self.records)}
-
-
-def sync_staging(staging, handles: list[dict]) -> None:
-    """``Sink.sync_staged`` of a sink whose tasks stage their records through ``StagingWriter``."""
-    if staging is not None:
-        staging.sync_files([h["staged"] for h in handles])
 
 
 def staged_records(staging, handles: list[dict]):

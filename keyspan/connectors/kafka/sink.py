@@ -19,7 +19,7 @@ import sys
 from enum import Enum
 
 from keyspan.connectors.kafka.clients import CLIENT_LOG, owned, release, shared_producer
-from keyspan.connectors.sinks import Sink, StagingWriter, clean_up_to, incarnation, staged_records, sync_staging
+from keyspan.connectors.sinks import StagingSink, StagingWriter, clean_up_to, incarnation, staged_records
 from keyspan.io.storage import safe_name
 
 STAGING = "kafka-staging"
@@ -104,7 +104,7 @@ def _produce(producer, topic, key, value, on_delivery=None):
             producer.poll(0.05)
 
 
-class KafkaSink(Sink):
+class KafkaSink(StagingSink):
     """PyFlink's ``KafkaSink``: build with ``KafkaSink.builder()``, use with ``ds.sink_to(sink)``."""
 
     name = "Kafka Sink"
@@ -172,9 +172,6 @@ class KafkaSink(Sink):
         published = mark.offset - 1 if mark.offset >= 0 and mark.metadata == life else -1
         self._publisher = [producer, group, published, life]
         return self._publisher
-
-    def sync_staged(self, handles: list[dict]) -> None:
-        sync_staging(self.staging, handles)
 
     def publish(self, handles: list[dict]) -> None:
         if not handles:
