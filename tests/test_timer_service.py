@@ -269,3 +269,59 @@ def test_a_fired_timer_is_taken_from_state_in_one_step_and_a_rollback_restores_i
         assert sorted(fired, key=repr) == [("a", ("w1", "w2")), ("a", True), ("b", ("w1", "w2")), ("b", True)]
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("backend_kind", ["heap", "heap with a record hook", "rocksdb"])
+def test_timers_registered_and_fired_many_at_once_equal_them_one_at_a_time_and_roll_back(backend_kind, tmp_path):
+    """``add_timer_namespaces`` and ``pop_due_many`` (the window operator's chunk of new windows and its
+    round of firing) leave the same timers, and fire the same ones in the same order, as
+    ``set_timer_namespaces`` and ``pop_due`` one by one: a namespace joins a key's timer once, a timer
+    holding True (saved before timers held namespaces) is left for the caller, a deleted timer's stale
+    entry is skipped; and a rollback brings back the timers fired in bulk."""
+    def backend_of(name):
+        if backend_kind == "rocksdb":
+            return EmbeddedRocksDBStateBackend().create_keyed_backend(name, KEY_GROUPS, local_dir=str(tmp_path / name))
+        backend = HeapKeyedStateBackend(name, KEY_GROUPS)
+        if backend_kind == "heap with a record hook":
+            backend._add_record_hook(lambda: None)
+        return backend
+
+    bulk, one = backend_of("bulk"), backend_of("one")
+    try:
+        services = TimerService(bulk), TimerService(one)
+        for backend, timers in zip((bulk, one), services):
+            _use_key(backend, "d")
+            timers.register_event_time_timer(30)  # a timer as saved before timers held their namespaces
+            _use_key(backend, "a")
+            timers.set_timer_namespaces(EVENT_TIME, 20, ("w0",), new=True)
+            backend.confirm()
+            timers.build_queues()
+        rows = [("a", 0, 20, "w1"), ("b", 1, 10, "w1"), ("a", 0, 20, "w1"), ("c", 2, 20, "w2"), ("d", 3, 30, "w3"),
+                ("b", 1, 40, "w4")]
+        assert services[0].add_timer_namespaces(EVENT_TIME, rows) == [("w0",), None, ("w0", "w1"), None, True, None]
+        for key, _, ts, namespace in rows:
+            _use_key(one, key)
+            held = services[1].timer_namespaces(EVENT_TIME, ts)
+            if held is None:
+                services[1].set_timer_namespaces(EVENT_TIME, ts, (namespace,), new=True)
+            elif held is not True and namespace not in held:
+                services[1].set_timer_namespaces(EVENT_TIME, ts, (*held, namespace))
+        for backend, timers in zip((bulk, one), services):
+            _use_key(backend, "c")
+            timers.delete_event_time_timer(20)  # its queue entry goes stale
+        fired_one = []
+        while (ts := services[1].pop_due(EVENT_TIME, 35)) is not None:
+            fired_one.append((ts, one.current_key, services[1].fired_namespaces))
+        assert fired_one == [(10, "b", ("w1",)), (20, "a", ("w0", "w1")), (30, "d", True)]
+        fired_bulk = []
+        while due := services[0].pop_due_many(EVENT_TIME, 35, 2):
+            assert len(due) <= 2
+            fired_bulk += [(ts, key, namespaces) for ts, _, key, namespaces in due]
+        assert fired_bulk == fired_one
+        bulk.rollback()
+        services[0].invalidate()
+        everything = [(ts, key, namespaces) for ts, _, key, namespaces in services[0].pop_due_many(EVENT_TIME, 40, 10)]
+        assert everything == [(20, "a", ("w0",)), (30, "d", True)]  # the committed epoch's timers, none fired
+    finally:
+        bulk.close()
+        one.close()

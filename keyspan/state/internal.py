@@ -15,7 +15,10 @@ A cell mixin provides, for the slot of the current key (and namespace):
 * map states, per entry of the slot's map: ``_entry_load(k)``, ``_entry_contains(k)``,
   ``_entry_store(k, stored)``, ``_entry_delete(k)``, ``_entries()`` ((k, stored) pairs),
   ``_entries_update(puts, deletes)``; ``_delete()`` drops the whole map; plain (not namespaced)
-  map cells also ``_entry_take(k)``: load and delete in one step, as the timer service fires a timer;
+  map cells also ``_entry_take(k)``: load and delete in one step, as the timer service fires a timer,
+  and, for many keys' entries in one call, ``_entries_take(rows)`` and ``_entries_merge(rows, merge)``
+  (defaults made of the one-entry methods in ``InternalMapState``; the heap's are one pass): the
+  timers of a chunk's windows registered, or a round's due timers fired, at once;
 * TTL form of a value or map entry: ``_stamped(value, ts)``, ``_timestamp_of(stored)``,
   ``_value_of(stored)``, ``_restamped(stored, ts)`` — the heap keeps ``TtlValue`` objects, RocksDB
   tagged bytes whose timestamp it reads without unpickling the value;
@@ -25,7 +28,8 @@ A cell mixin provides, for the slot of the current key (and namespace):
   with the undo log);
 * ``_backend`` (the ``KeyedStateBackend``: clocks, operator name) and ``_name`` (the state's name);
 * namespaced cells: ``_take()`` → the stored value, deleted (``NamespaceMixin`` has a default made of
-  ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step; and
+  ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step, and
+  ``_take_each(rows)`` many such panes; and
   ``_merge_each(rows, merge)``, many (key, namespace) slots merged in one call (a default made of
   ``_load_for_update`` and ``_store``; the heap's is one pass): the columnar window path's panes.
 
@@ -95,6 +99,11 @@ class InternalListState(ListState):
         value = self._take()
         return [] if value is None else value
 
+    def get_and_clear_each(self, rows) -> list:
+        """``get_and_clear`` for each (key, key group, namespace) of ``rows``: the panes of the windows
+        a round of timers fires, taken in one call."""
+        return [[] if value is None else value for value in self._take_each(rows)]
+
     def add(self, value) -> None:
         if value is None:
             raise _none_error(self)
@@ -160,6 +169,31 @@ class InternalMapState(MapState):
     def clear(self) -> None:
         self._delete()
 
+    # many keys' entries in one call (cell defaults; see the module docstring) -----------------------
+    def _entries_take(self, rows) -> list:
+        """For each (key, key group, map key) of ``rows``, in order: the entry's stored value, deleted
+        (None without one)."""
+        backend = self._backend
+        taken = []
+        for key, key_group, map_key in rows:
+            backend.current_key, backend.current_key_group = key, key_group
+            taken.append(self._entry_take(map_key))
+        return taken
+
+    def _entries_merge(self, rows, merge) -> list:
+        """For each (key, key group, map key, value) of ``rows``, in order: store ``merge(stored, value)``
+        (``stored`` None without an entry) unless it returns ``stored`` itself; the stored values before."""
+        backend = self._backend
+        before = []
+        for key, key_group, map_key, value in rows:
+            backend.current_key, backend.current_key_group = key, key_group
+            stored = self._entry_load(map_key)
+            merged = merge(stored, value)
+            if merged is not stored:
+                self._entry_store(map_key, merged)
+            before.append(stored)
+        return before
+
 
 class InternalReducingState(ReducingState):
     __slots__ = ()
@@ -169,6 +203,9 @@ class InternalReducingState(ReducingState):
 
     def get_and_clear(self):
         return self._take()
+
+    def get_and_clear_each(self, rows) -> list:
+        return self._take_each(rows)
 
     def add(self, value) -> None:
         self.added_to_existing(value)
@@ -196,6 +233,10 @@ class InternalAggregatingState(AggregatingState):
     def get_and_clear(self):
         acc = self._take()
         return None if acc is None else self._agg.get_result(acc)
+
+    def get_and_clear_each(self, rows) -> list:
+        get_result = self._agg.get_result
+        return [None if acc is None else get_result(acc) for acc in self._take_each(rows)]
 
     def add(self, value) -> None:
         self.added_to_existing(value)
@@ -261,6 +302,15 @@ class NamespaceMixin(DictEntryReads):
         if stored is not None:
             self._delete()
         return stored
+
+    def _take_each(self, rows) -> list:
+        """``_take`` for each (key, key group, namespace) of ``rows``, in order."""
+        backend = self._backend
+        taken = []
+        for key, key_group, namespace in rows:
+            backend.current_key, backend.current_key_group, self._ns = key, key_group, namespace
+            taken.append(self._take())
+        return taken
 
     # a namespaced map state keeps one dict per (key, namespace), replaced on every change
     def _entry_store(self, key, stored) -> None:

@@ -422,14 +422,24 @@ class VectorizedWindowOperator(WindowOperator):
         head_kgs = kgs[first_records].tolist()
         windows = list(map(shared_window, head_starts))
         found = contents.add_accumulators(zip(head_keys, head_kgs, windows, accumulators))
-        for window, key, kg, stored in zip(windows, head_keys, head_kgs, found):
-            if stored and not lateness:
-                continue  # its first record registered the cleanup timer, at its end (WindowOperator.process_element)
-            # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
-            backend.current_key = key
-            backend.current_key_group = kg
-            contents.set_current_namespace(window)
-            register_timer(EVENT_TIME, window.max_timestamp(), window)
-            if lateness:
+        # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
+        if lateness:
+            for window, key, kg in zip(windows, head_keys, head_kgs):
+                backend.current_key = key
+                backend.current_key_group = kg
+                contents.set_current_namespace(window)
+                register_timer(EVENT_TIME, window.max_timestamp(), window)
                 self._register_cleanup_timer(window)
+            return np.flatnonzero(special).tolist()
+        # without lateness that timer is also the cleanup timer, which a window's first record
+        # registered (WindowOperator.process_element): only new windows register it, all in one call
+        ends = (starts[heads] + (size - 1)).tolist()
+        new = [(key, kg, end, window)
+               for key, kg, end, window, stored in zip(head_keys, head_kgs, ends, windows, found) if not stored]
+        held = self._timer_service.add_timer_namespaces(EVENT_TIME, new)
+        for (key, kg, end, window), before in zip(new, held):
+            if before is True:  # a timer restored from before timers held their windows: moved into it here
+                backend.current_key = key
+                backend.current_key_group = kg
+                register_timer(EVENT_TIME, end, window)
         return np.flatnonzero(special).tolist()

@@ -560,24 +560,33 @@ class WindowOperator(KeyedProcessFunction):
 
     def fire_window_ends(self, timers, watermark: int, ctx, emit, limit: int) -> bool:
         """The task's firing loop over this operator's event-time timers up to ``watermark``, at most
-        ``limit`` of them: each window's results go to ``emit`` stamped with its end, with one call per
-        window instead of one per layer (``on_timer``, ``_fire_and_clear``). ``ctx`` is the task's
-        on_timer context: ``ctx.firing`` says which timer fired last, should a call fail. Whether it
-        stopped at ``limit``, so more may be due."""
+        ``limit`` of them: each window's results go to ``emit`` stamped with its end. The round's due
+        timers and their windows' panes are taken out of state in one pass each, then each window fires
+        with one call, instead of one timer at a time through every layer (``on_timer``,
+        ``_fire_and_clear``). ``ctx`` is the task's on_timer context: ``ctx.firing`` says which timer
+        fired last, should a call fail (the task then fails and its epoch is rolled back, the timers and
+        panes already taken included). Whether it fired any: more may be due."""
         self._timer_service = timers
+        due = timers.pop_due_many(EVENT_TIME, watermark, limit)
+        if not due:
+            return False
+        panes = None
+        if all(windows is not True and len(windows) == 1 and ts == windows[0].max_timestamp()
+               for ts, _, _, windows in due):
+            panes = self._contents.get_and_clear_each([(key, kg, windows[0]) for _, kg, key, windows in due])
+        backend = ctx._backend
         cell = ctx._cell
-        fire_and_clear = self._fire_and_clear
-        for _ in range(limit):
-            ts = timers.pop_due(EVENT_TIME, watermark)
-            if ts is None:
-                return False
+        fired = self._fired
+        for i, (ts, kg, key, windows) in enumerate(due):
+            backend.current_key = key
+            backend.current_key_group = kg
             ctx.firing = cell[0] = ts
-            windows = timers.fired_namespaces
-            if windows is True or len(windows) != 1 or ts != windows[0].max_timestamp():
-                results = self.on_timer(ts, ctx)  # restored from before timers held their windows
-            else:
+            if panes is not None:
                 self._key = ctx.get_current_key()
-                results = fire_and_clear(windows[0])
+                results = fired(windows[0], panes[i])
+            else:  # restored from before timers held their windows, or several windows in one timer
+                timers.fired_namespaces = windows
+                results = self.on_timer(ts, ctx)
             for result in results:
                 emit(result)
         return True
@@ -594,7 +603,10 @@ class WindowOperator(KeyedProcessFunction):
         would stamp them."""
         contents = self._contents
         contents.set_current_namespace(window)
-        pane = contents.get_and_clear()
+        return self._fired(window, contents.get_and_clear())
+
+    def _fired(self, window, pane):
+        """``_fire_and_clear``'s results from the ``pane`` it took."""
         if not pane and self._contents_are_list:
             pane = None  # an empty list state reads as null
         function = self._window_function

@@ -174,6 +174,44 @@ class TimerService(timerservice.TimerService):
             self.fired_namespaces = namespaces
             return timestamp
 
+    def pop_due_many(self, domain: int, limit: int, count: int) -> list:
+        """``pop_due`` for up to ``count`` timers at once: (timestamp, key group, key, namespaces) of each,
+        in firing order, every one removed from state in one pass over it. The backend's current key is
+        left as it was: the caller sets each timer's key as it fires it. Empty when none is due."""
+        state = self._timer_state()
+        while True:
+            due = self._ensure_queues()[domain].pop_many(limit, count)
+            if not due:
+                if not self._next_round_begins(domain):
+                    return []
+                continue
+            taken = state._entries_take([(key, kg, (domain, timestamp)) for timestamp, kg, key in due])
+            fired = [(timestamp, kg, key, namespaces)
+                     for (timestamp, kg, key), namespaces in zip(due, taken) if namespaces is not None]
+            self._stale_until_rebuild += len(due) - len(fired)  # deleted, or fired already: stale entries, gone now
+            if fired:
+                return fired
+
+    def add_timer_namespaces(self, domain: int, rows) -> list:
+        """For each (key, key group, timestamp, namespace) of ``rows``: the key's timer at (``domain``,
+        ``timestamp``) holds ``namespace`` too, registered if there was none (``set_timer_namespaces``
+        for many keys at once; timestamps are ints already). Returns what each timer held before; one
+        that held True (restored from before timers held their namespaces) is left as it was, for the
+        caller to move its namespaces into it."""
+        before = self._timer_state()._entries_merge(
+            [(key, kg, (domain, timestamp), namespace) for key, kg, timestamp, namespace in rows], _with_namespace)
+        if self._queues is not None:
+            waiting = self._next_round[domain] if self._next_round is not None else None
+            push = waiting.append if waiting is not None else None
+            queue = self._queues[domain]
+            for (key, kg, timestamp, _), held in zip(rows, before):
+                if held is None:
+                    if push is not None:
+                        push((timestamp, kg, key))
+                    else:
+                        queue.push(timestamp, kg, key)
+        return before
+
     def next_processing_time(self) -> int | None:
         if not self.active:
             return None
@@ -268,6 +306,24 @@ class DueQueue:
             del self._entries[heapq.heappop(times)]
         return None
 
+    def pop_many(self, limit: int, count: int) -> list:
+        """Up to ``count`` of the next entries due at ``limit``, removed: (timestamp, key group, key) each."""
+        due = []
+        while len(due) < count:
+            timestamp = self.first()
+            if timestamp is None or timestamp > limit:
+                break
+            entries = self._entries[timestamp]
+            if type(entries) is tuple:
+                del self._entries[heapq.heappop(self._times)]
+                due.append((timestamp, entries[0], entries[1]))
+                continue
+            position = entries[0]
+            taken = entries[position:position + count - len(due)]
+            entries[0] = position + len(taken)
+            due.extend([(timestamp, kg, key) for kg, key in taken])
+        return due
+
     def pop(self, limit: int):
         """(timestamp, key group, key) of the next entry due at ``limit``, removed; or None."""
         timestamp = self.first()
@@ -281,6 +337,15 @@ class DueQueue:
         entries[0] = position + 1
         kg, key = entries[position]
         return timestamp, kg, key
+
+
+def _with_namespace(held, namespace):
+    """A timer's namespaces once ``namespace`` registered it: ``held`` itself when nothing changes."""
+    if held is None:
+        return (namespace,)
+    if held is True or namespace in held:
+        return held
+    return (*held, namespace)
 
 
 def _check_timestamp(timestamp) -> int:

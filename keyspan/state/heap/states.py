@@ -10,7 +10,7 @@ import copy
 from operator import itemgetter
 
 from keyspan.state.heap.table import IMMUTABLE, MISSING, copy_value, private
-from keyspan.state.internal import STATES, DictEntryReads, InternalValueState, NamespaceMixin, compose
+from keyspan.state.internal import STATES, DictEntryReads, InternalMapState, InternalValueState, NamespaceMixin, compose
 from keyspan.state.ttl import TTL_STATES, TtlValue
 
 
@@ -120,6 +120,54 @@ class HeapCell(DictEntryReads):
         m.update(puts)
         self._drop_if_empty(m)
 
+    # many keys' entries in one pass: ``_entry_take`` and ``_entry_store`` with the key group's dict and
+    # ``StateTable.touch``'s undo step inlined. TTL'd entries, and a backend with record hooks (TTL
+    # cleanup), which must see each key set, take the one-entry way.
+    def _entries_take(self, rows) -> list:
+        if self._ttl is not None or self._backend._record_hooks:
+            return InternalMapState._entries_take(self, rows)
+        table = self._table
+        groups, start, undos = table.groups, table.start, table.undo
+        taken = []
+        for key, key_group, entry in rows:
+            group = groups[key_group - start]
+            m = group.get(key)
+            if m is None or entry not in m:
+                taken.append(None)
+                continue
+            undo = undos.get(key_group)
+            if undo is None:
+                undo = undos[key_group] = {}
+            if key not in undo:
+                undo[key] = dict(m)
+            taken.append(m.pop(entry))
+            if not m:
+                del group[key]
+        return taken
+
+    def _entries_merge(self, rows, merge) -> list:
+        if self._ttl is not None or self._backend._record_hooks:
+            return InternalMapState._entries_merge(self, rows, merge)
+        table = self._table
+        groups, start, undos = table.groups, table.start, table.undo
+        before = []
+        for key, key_group, entry, value in rows:
+            group = groups[key_group - start]
+            m = group.get(key)
+            stored = None if m is None else m.get(entry)
+            merged = merge(stored, value)
+            if merged is not stored:
+                undo = undos.get(key_group)
+                if undo is None:
+                    undo = undos[key_group] = {}
+                if key not in undo:
+                    undo[key] = MISSING if m is None else dict(m)
+                if m is None:
+                    m = group[key] = {}
+                m[entry] = merged
+            before.append(stored)
+        return before
+
 
 class HeapNamespacedCell(NamespaceMixin, HeapCell):
     """The (current key, current namespace) slot: per key a dict namespace → value. Stored values are
@@ -147,6 +195,11 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
     def _take(self):
         # a key's namespaces are laid out as a map's entries are
         return HeapCell._entry_take(self, self._ns)
+
+    def _take_each(self, rows) -> list:
+        if self._ttl is not None or self._backend._record_hooks:
+            return NamespaceMixin._take_each(self, rows)
+        return HeapCell._entries_take(self, rows)  # the namespace in the place of the map key
 
     def _load_for_update(self):
         stored = self._load()
