@@ -200,16 +200,9 @@ class TimerService(timerservice.TimerService):
         caller to move its namespaces into it."""
         before = self._timer_state()._entries_merge(
             [(key, kg, (domain, timestamp), namespace) for key, kg, timestamp, namespace in rows], _with_namespace)
-        if self._queues is not None:
-            waiting = self._next_round[domain] if self._next_round is not None else None
-            push = waiting.append if waiting is not None else None
-            queue = self._queues[domain]
-            for (key, kg, timestamp, _), held in zip(rows, before):
-                if held is None:
-                    if push is not None:
-                        push((timestamp, kg, key))
-                    else:
-                        queue.push(timestamp, kg, key)
+        for (key, kg, timestamp, _), held in zip(rows, before):
+            if held is None:
+                self._enqueue(domain, timestamp, kg, key)
         return before
 
     def next_processing_time(self) -> int | None:
@@ -234,13 +227,17 @@ class TimerService(timerservice.TimerService):
         state.put(entry, True)
         self._enqueue(domain, timestamp)
 
-    def _enqueue(self, domain: int, timestamp: int) -> None:
+    def _enqueue(self, domain: int, timestamp: int, kg: int | None = None, key=None) -> None:
+        """Queue a new timer of ``key`` (by default the backend's current key), or keep it for the next
+        round while timers fire."""
         if self._queues is not None:
-            b = self._backend
+            if kg is None:
+                b = self._backend
+                kg, key = b.current_key_group, b.current_key
             if self._next_round is not None:
-                self._next_round[domain].append((timestamp, b.current_key_group, b.current_key))
+                self._next_round[domain].append((timestamp, kg, key))
             else:
-                self._queues[domain].push(timestamp, b.current_key_group, b.current_key)
+                self._queues[domain].push(timestamp, kg, key)
 
     def _delete(self, domain: int, timestamp) -> None:
         timestamp = _check_timestamp(timestamp)

@@ -120,26 +120,21 @@ class HeapCell(DictEntryReads):
         m.update(puts)
         self._drop_if_empty(m)
 
-    # many keys' entries in one pass: ``_entry_take`` and ``_entry_store`` with the key group's dict and
-    # ``StateTable.touch``'s undo step inlined. TTL'd entries, and a backend with record hooks (TTL
-    # cleanup), which must see each key set, take the one-entry way.
+    # many keys' entries in one pass over the key groups' dicts, without setting each key current.
+    # TTL'd entries, and a backend with record hooks (TTL cleanup), which must see each key set, take
+    # the one-entry way.
     def _entries_take(self, rows) -> list:
         if self._ttl is not None or self._backend._record_hooks:
             return InternalMapState._entries_take(self, rows)
         table = self._table
-        groups, start, undos = table.groups, table.start, table.undo
+        groups, start, touch = table.groups, table.start, table.touch
         taken = []
         for key, key_group, entry in rows:
-            group = groups[key_group - start]
-            m = group.get(key)
+            m = groups[key_group - start].get(key)
             if m is None or entry not in m:
                 taken.append(None)
                 continue
-            undo = undos.get(key_group)
-            if undo is None:
-                undo = undos[key_group] = {}
-            if key not in undo:
-                undo[key] = dict(m)
+            group = touch(key_group, key, dict)  # the undo log copies the map; ``m`` stays the live one
             taken.append(m.pop(entry))
             if not m:
                 del group[key]
@@ -149,19 +144,14 @@ class HeapCell(DictEntryReads):
         if self._ttl is not None or self._backend._record_hooks:
             return InternalMapState._entries_merge(self, rows, merge)
         table = self._table
-        groups, start, undos = table.groups, table.start, table.undo
+        groups, start, touch = table.groups, table.start, table.touch
         before = []
         for key, key_group, entry, value in rows:
-            group = groups[key_group - start]
-            m = group.get(key)
+            m = groups[key_group - start].get(key)
             stored = None if m is None else m.get(entry)
             merged = merge(stored, value)
             if merged is not stored:
-                undo = undos.get(key_group)
-                if undo is None:
-                    undo = undos[key_group] = {}
-                if key not in undo:
-                    undo[key] = MISSING if m is None else dict(m)
+                group = touch(key_group, key, dict)
                 if m is None:
                     m = group[key] = {}
                 m[entry] = merged
