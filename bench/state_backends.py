@@ -30,7 +30,7 @@ which first catches up from the other worker's delta files (or restores the subt
 copy predates the deltas the newest full snapshot folded); the ratio of the two is printed.
 
 Peak RSS: before each run the peak-RSS counter (VmHWM) of every Python worker process under this
-driver (cmdline contains ``pyspark.daemon`` or ``pyspark/worker``) is reset by writing 5 to
+driver (cmdline contains ``pyspark.worker`` or ``pyspark/worker``) is reset by writing 5 to
 ``/proc/<pid>/clear_refs``; after the run VmHWM is read (before the session stops). Workers are
 reused across runs and keyspan keeps operator instances (and a heap backend's dicts) cached in
 them by run id, so "RSS at start" (the workers' resident memory when the run began) is shown too;
@@ -91,7 +91,7 @@ def python_workers() -> list[int]:
                     cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if "pyspark.daemon" in cmd or "pyspark/worker" in cmd:
+            if "pyspark.worker" in cmd or "pyspark/worker" in cmd:
                 found.append(child)
     return found
 

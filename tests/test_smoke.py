@@ -137,3 +137,61 @@ def test_source_tasks_leave_their_python_workers_reusable(env):
     out = env.from_collection(list(range(40))).map(lambda v: (v, os.getpid())).execute_and_collect(limit=100)
     assert sorted(v for v, _ in out) == list(range(40))  # 10 epochs, 2 source tasks each
     assert len({pid for _, pid in out}) <= 4, sorted({pid for _, pid in out})
+
+
+def test_python_workers_import_pyspark_from_its_installed_package(spark):
+    """Spark puts pyspark.zip (and the py4j zip, the spark-core jar) first on its workers' path; code
+    from a zip is compiled anew by every daemon and re-read by every new worker. In local mode keyspan's
+    daemon takes those copies off the path, so PySpark comes from the installed, compiled package."""
+    import os
+
+    import pyspark
+
+    def worker_imports(_):
+        import sys
+        import zipimport
+
+        import pyspark
+
+        zips = [p for p, finder in sys.path_importer_cache.items() if isinstance(finder, zipimport.zipimporter)]
+        yield pyspark.__file__, [p for p in sys.path if p.endswith((".zip", ".jar"))], zips
+
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "keyspan.runtime.worker.daemon"
+    installed = os.path.dirname(pyspark.__file__)
+    for module_file, archives, zip_finders in spark.sparkContext.parallelize(range(2), 2) \
+            .mapPartitions(worker_imports).collect():
+        assert module_file == pyspark.__file__, module_file
+        assert not [a for a in archives if a.startswith(installed)], archives
+        assert not [z for z in zip_finders if z.startswith(installed)], zip_finders
+
+
+def test_only_archives_that_copy_an_installed_pyspark_leave_the_workers_path(tmp_path):
+    from keyspan.runtime.worker.daemon import redundant_archives
+
+    def layout(root, with_py4j=True):
+        site = root / "site-packages"
+        (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+        (site / "pyspark" / "jars").mkdir()
+        (site / "pyspark" / "__init__.py").write_text("")
+        if with_py4j:
+            (site / "py4j").mkdir()
+            (site / "py4j" / "__init__.py").write_text("")
+        archives = [site / "pyspark" / "python" / "lib" / "pyspark.zip",
+                    site / "pyspark" / "python" / "lib" / "py4j-0.10.9.9-src.zip",
+                    site / "pyspark" / "jars" / "spark-core_2.13.jar"]
+        for a in archives:
+            a.write_bytes(b"PK")
+        return site, [str(a) for a in archives]
+
+    site, archives = layout(tmp_path / "pip")
+    assert redundant_archives([*archives, str(site)]) == archives
+    # a separate SPARK_HOME: its zips may hold another version than the installed package
+    home = tmp_path / "spark-home" / "python" / "lib"
+    home.mkdir(parents=True)
+    (home / "pyspark.zip").write_bytes(b"PK")
+    assert redundant_archives([str(home / "pyspark.zip"), str(site)]) == []
+    # py4j only in its zip: nothing leaves
+    bare, bare_archives = layout(tmp_path / "no-py4j", with_py4j=False)
+    assert redundant_archives([*bare_archives, str(bare)]) == []
+    # the package not on the path: nothing leaves
+    assert redundant_archives(archives) == []

@@ -459,14 +459,15 @@ class RecordsWhere(KeyedProcessFunction):
 
 
 def _python_worker_pids() -> set[int]:
-    """Every process forked from PySpark's worker daemon (and the daemon): they keep its command line."""
+    """Every process forked from PySpark's worker daemon (and the daemon): they keep its command line, which
+    names the worker module (``-m pyspark.daemon pyspark.worker``, or keyspan's daemon in its place)."""
     import os
 
     pids = set()
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if b"pyspark.daemon" in f.read():
+                if b"pyspark.worker" in f.read():
                     pids.add(int(entry))
         except (OSError, ValueError):
             continue

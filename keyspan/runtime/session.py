@@ -99,6 +99,9 @@ def get_or_create_spark(parallelism: int = 2, master: str | None = None, conf: d
         "spark.python.worker.reuse": "true",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
+    if is_single_host(resolved) and os.path.abspath(os.environ["PYSPARK_PYTHON"]) == os.path.abspath(sys.executable):
+        # the workers run this very Python, keyspan included: start them with PySpark's compiled files
+        defaults["spark.python.daemon.module"] = "keyspan.runtime.worker.daemon"
     if not ui:
         spark_conf.set("spark.ui.enabled", "false")
     for key, value in defaults.items():
