@@ -26,6 +26,7 @@ import pytest
 from keyspan.common import Duration, Encoder, Time, WatermarkStrategy
 from keyspan.common.watermark_strategy import TimestampAssigner
 from keyspan.datastream import EmbeddedRocksDBStateBackend, ProcessFunction, StreamExecutionEnvironment
+from keyspan.datastream.aggregates import Avg
 from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.functions import (
     AggregateFunction,
@@ -1112,11 +1113,24 @@ class MergeInPlace(SumValues):
         return acc_a
 
 
+class SumAndCount(Avg):
+    """The built-in ``Avg`` with its (sum, count) accumulator as the result: its merge is the built-in's."""
+
+    def get_result(self, accumulator):
+        return accumulator
+
+
 @pytest.mark.parametrize("backend_kind", ["heap", "heap with a record hook", "rocksdb"])
-def test_a_chunk_s_panes_merged_in_one_call_equal_them_merged_one_by_one_and_roll_back(backend_kind, tmp_path):
+@pytest.mark.parametrize("aggregate", [MergeInPlace, SumAndCount])
+def test_a_chunk_s_panes_merged_in_one_call_equal_them_merged_one_by_one_and_roll_back(backend_kind, aggregate,
+                                                                                     tmp_path):
     """``add_accumulators`` (the columnar window path's merge of a chunk's panes): the same panes and
     flags as ``add_accumulator`` pane by pane, stored accumulators never changed in place, the last
-    key and pane left current, and a rollback brings back the epoch before."""
+    key and pane left current, and a rollback brings back the epoch before. A merge that changes its
+    first accumulator gets a copy of the stored one; the built-in merge, which changes neither, gets
+    the stored one itself."""
+    assert getattr(aggregate(), "merge_keeps_arguments", False) is (aggregate is SumAndCount)
+    _copied = _copied_list if aggregate is MergeInPlace else _copied_tuple
     def backend_of(name):
         if backend_kind == "rocksdb":
             return EmbeddedRocksDBStateBackend().create_keyed_backend(name, range(0, 4), local_dir=str(tmp_path / name))
@@ -1128,7 +1142,8 @@ def test_a_chunk_s_panes_merged_in_one_call_equal_them_merged_one_by_one_and_rol
     bulk, one_by_one = backend_of("bulk"), backend_of("one")
     try:
         windows = [TimeWindow(0, 10), TimeWindow(10, 20)]
-        states = [b.get_state(namespaced(AggregatingStateDescriptor("contents", MergeInPlace()))) for b in (bulk, one_by_one)]
+        states = [b.get_state(namespaced(AggregatingStateDescriptor("contents", aggregate())))
+                  for b in (bulk, one_by_one)]
         earlier = [("a", 1, windows[0], [1, 1]), ("b", 2, windows[1], [5, 1])]
         chunk = [("a", 1, windows[0], [2, 1]), ("a", 1, windows[1], [3, 1]), ("c", 3, windows[0], [4, 2]),
                  ("b", 2, windows[1], [6, 3])]
@@ -1161,9 +1176,14 @@ def test_a_chunk_s_panes_merged_in_one_call_equal_them_merged_one_by_one_and_rol
         one_by_one.close()
 
 
-def _copied(row):
+def _copied_list(row):
     key, kg, window, acc = row
     return key, kg, window, list(acc)
+
+
+def _copied_tuple(row):
+    key, kg, window, acc = row
+    return key, kg, window, tuple(acc)
 
 
 def test_only_windows_that_fire_and_clean_at_their_end_are_fired_in_bulk():

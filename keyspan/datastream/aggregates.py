@@ -224,6 +224,12 @@ class _FieldAggregate(BatchAggregateFunction):
     def __repr__(self):
         return f"{type(self).__name__}({'' if self.field is None else repr(self.field)})"
 
+    @property
+    def merge_keeps_arguments(self) -> bool:
+        """The built-in ``merge`` returns a new accumulator or one of its arguments, never changing
+        either: state may merge into a stored accumulator without copying it for the undo log first."""
+        return self._adds_as_builtin()
+
     def add_batch(self, accumulator, batch):
         column = batch.column(self._column_index(batch))
         for value in column.to_pylist():

@@ -259,7 +259,7 @@ class InternalAggregatingState(AggregatingState):
         """``add_accumulator`` for each (key, key group, namespace, accumulator) of ``rows``, in order,
         each key and namespace current in turn (the last stays current); whether each found one
         stored. A namespaced state only: a chunk's panes merged in one call."""
-        return self._merge_each(rows, self._agg.merge)
+        return self._merge_each(rows, self._agg.merge, copy=not getattr(self._agg, "merge_keeps_arguments", False))
 
     def clear(self) -> None:
         self._delete()
@@ -332,14 +332,16 @@ class NamespaceMixin(DictEntryReads):
     def set_current_namespace(self, namespace) -> None:
         self._ns = namespace
 
-    def _merge_each(self, rows, merge) -> list[bool]:
+    def _merge_each(self, rows, merge, copy: bool = True) -> list[bool]:
         """For each (key, key group, namespace, value) of ``rows``: store ``merge(stored, value)``,
-        or ``value`` where nothing is stored; whether something was. A cell may do it in one pass."""
+        or ``value`` where nothing is stored; whether something was. A cell may do it in one pass.
+        ``copy`` False: ``merge`` never changes ``stored``, which then needs no private copy."""
         backend = self._backend
         found = []
+        load = self._load_for_update if copy else self._load
         for key, key_group, namespace, value in rows:
             backend.current_key, backend.current_key_group, self._ns = key, key_group, namespace
-            stored = self._load_for_update()
+            stored = load()
             self._store(value if stored is None else merge(stored, value))
             found.append(stored is not None)
         return found

@@ -406,7 +406,7 @@ class VectorizedWindowOperator(WindowOperator):
             starts = last[rows] - step * slide
         import pandas as pd
 
-        window_ids, _ = pd.factorize(starts)
+        window_ids, window_starts = pd.factorize(starts)
         group_of_row, group_heads = pd.factorize(codes[rows] * (int(window_ids.max()) + 1) + window_ids)
         group_of_row = group_of_row.astype(np.int64)
         accumulators = accumulate(rows, group_of_row, len(group_heads))
@@ -414,13 +414,12 @@ class VectorizedWindowOperator(WindowOperator):
         contents = self._contents
         register_timer = self._register_timer
         lateness = self._allowed_lateness  # without it, the cleanup timer is the trigger's timer
-        shared_window = self._shared_window
-        # each group's window start, key and key group as Python values, taken for the whole chunk at once
+        # each group's window, key and key group as Python values, taken for the whole chunk at once
         first_records = rows[heads]
-        head_starts = starts[heads].tolist()
         head_keys = list(map(uniques.__getitem__, codes[first_records].tolist()))
         head_kgs = kgs[first_records].tolist()
-        windows = list(map(shared_window, head_starts))
+        chunk_windows = list(map(self._shared_window, window_starts.tolist()))  # a few per chunk
+        windows = list(map(chunk_windows.__getitem__, window_ids[heads].tolist()))
         found = contents.add_accumulators(zip(head_keys, head_kgs, windows, accumulators))
         # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
         if lateness:

@@ -199,12 +199,12 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         current = self._load()
         self._store(list(items) if current is None else [*current, *items])
 
-    def _merge_each(self, rows, merge) -> list[bool]:
+    def _merge_each(self, rows, merge, copy: bool = True) -> list[bool]:
         # NamespaceMixin._merge_each with the key group's dict, StateTable.touch's undo step and
         # _load_for_update inlined: the columnar window path merges a chunk's panes here. A backend
         # with record hooks (TTL cleanup) sees each key set, as there
         if self._backend._record_hooks:
-            return NamespaceMixin._merge_each(self, rows, merge)
+            return NamespaceMixin._merge_each(self, rows, merge, copy)
         table = self._table
         groups, start, undos = table.groups, table.start, table.undo
         found = []
@@ -224,7 +224,7 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
                 slots[namespace] = value
                 found.append(False)
             else:
-                slots[namespace] = merge(private(stored), value)
+                slots[namespace] = merge(private(stored) if copy else stored, value)
                 found.append(True)
         if found:
             b = self._backend
