@@ -124,6 +124,7 @@ class BatchAggregateFunction(AggregateFunction):
     """
 
     commutative = False  # True: the order records are added in never changes the result
+    merge_keeps_arguments = False  # True: merge changes neither accumulator, so state need not copy one first
 
     def add_batch(self, accumulator, batch):
         raise NotImplementedError(f"{type(self).__name__} does not implement add_batch")
