@@ -30,8 +30,9 @@ A cell mixin provides, for the slot of the current key (and namespace):
 * namespaced cells: ``_take()`` → the stored value, deleted (``NamespaceMixin`` has a default made of
   ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step, and
   ``_take_each(rows)`` many such panes; and
-  ``_merge_each(rows, merge)``, many (key, namespace) slots merged in one call (a default made of
-  ``_load_for_update`` and ``_store``; the heap's is one pass): the columnar window path's panes.
+  ``_merge_each(rows, merge, copy)``, many (key, namespace) slots merged in one call (a default made
+  of ``_load_for_update`` — ``_load`` when ``merge`` changes no argument — and ``_store``; the heap's
+  is one pass): the columnar window path's panes.
 
 Namespaces (PyFlink's ``fn_execution/internal_state.py``): a state registered with a descriptor
 from ``namespaced(descriptor)`` keeps one value per (key, namespace) — laid out like a map state
