@@ -44,6 +44,7 @@ from keyspan.runtime.worker.exits import BroadcastExit, CustomExit, KeyedExit, R
 def emitting(op, subtask: int, call, emit, describe=None):
     """``call(value, *args)`` returns None or an iterable of results, each emitted. A failure names the
     operator and the record (or, with ``describe(value)``, the call: e.g. an on_timer firing)."""
+    emit = per_record(emit)
 
     def run(value, *args):
         try:
@@ -76,13 +77,25 @@ def fan_out(targets: list):
     return emit
 
 
+def per_record(target):
+    """``target`` as called with one record: a sink's writer is wrapped in a ``partial`` only to carry
+    its columnar entry (``.columns``), which records need not go through (a third of a sink call)."""
+    if type(target) is partial and not target.args and not target.keywords:
+        return target.func
+    return target
+
+
 def with_side_outputs(main, side: dict):
-    """A process function's ``yield tag, value`` goes to side output ``tag`` (dropped if nobody reads it)."""
+    """A process function's ``yield tag, value`` goes to side output ``tag`` (dropped if nobody reads it).
+    ``emit.routes`` is (main, side) for a processor that inlines this routing (the keyed one)."""
+    call_main = per_record(main)
+
     def emit(value, _tuple=tuple, _tag=OutputTag):
         if value.__class__ is _tuple and len(value) == 2 and isinstance(value[0], _tag):
             side.get(value[0].tag_id, _discard)(value[1])
         else:
-            main(value)
+            call_main(value)
+    emit.routes = (call_main, side)
     if hasattr(main, "columns"):  # a columnar operator's output has no side outputs
         emit.columns = main.columns
     return emit
@@ -211,15 +224,20 @@ class OperatorChain:
             ctx = KeyedContext(backend, self.ts_cell, inst.timers, present_key)
             self._start_timers(inst, op, emit, OnTimerContext(backend, self.ts_cell, inst.timers, present_key))
             process_element = inst.function.process_element
+            main, side = emit.routes
 
-            def process(value, key, kg):  # ``emitting`` inlined: this runs once per record
+            def process(value, key, kg, _tuple=tuple, _tag=OutputTag):
+                # ``emitting`` and ``with_side_outputs`` inlined: this runs once per record
                 backend.current_key = key
                 backend.current_key_group = kg
                 try:
                     outs = process_element(value, ctx)
                     if outs is not None:
                         for out in outs:
-                            emit(out)
+                            if out.__class__ is _tuple and len(out) == 2 and isinstance(out[0], _tag):
+                                side.get(out[0].tag_id, _discard)(out[1])
+                            else:
+                                main(out)
                 except UserFunctionError:
                     raise
                 except Exception as exc:
