@@ -488,8 +488,9 @@ def warm_up(spark, workdir: str, tws: bool = True) -> None:
 
 
 def cpu_seconds() -> dict[str, float]:
-    """CPU seconds so far of this process ("driver"), of the Spark JVM it started ("jvm") and of
-    the JVM's Python workers ("python workers"), read from ``/proc`` (Linux; empty elsewhere). The
+    """CPU seconds so far of this process ("driver"), of the Spark JVM it started ("jvm", of which its
+    JIT compiler threads: "jvm JIT") and of the JVM's Python workers ("python workers"), read from
+    ``/proc`` (Linux; empty elsewhere). The
     difference over a run says where a job spent its CPU, which on a busy 2-core machine wanders
     less than wall time. A process that ended during the run is missing from the later reading."""
     if not os.path.isdir("/proc/self"):
@@ -506,7 +507,7 @@ def cpu_seconds() -> dict[str, float]:
             continue
         processes[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, command)
     me = os.getpid()
-    totals = {"driver": processes.get(me, (0, 0.0, ""))[1], "jvm": 0.0, "python workers": 0.0}
+    totals = {"driver": processes.get(me, (0, 0.0, ""))[1], "jvm": 0.0, "jvm JIT": 0.0, "python workers": 0.0}
     for pid, (parent, seconds, command) in processes.items():
         while parent not in (me, 0, 1):  # only processes this one started, directly or not
             parent = processes.get(parent, (0,))[0]
@@ -516,12 +517,33 @@ def cpu_seconds() -> dict[str, float]:
             totals["python workers"] += seconds
         elif "java" in command.split(" ", 1)[0]:
             totals["jvm"] += seconds
+            totals["jvm JIT"] += _jit_seconds(pid, tick)
     return totals
+
+
+def _jit_seconds(pid: int, tick: int) -> float:
+    """CPU seconds of a JVM's JIT compiler threads (HotSpot names them ``C1 CompilerThread0``, ``C2 …``):
+    part of its total, spent compiling Spark's code to machine code rather than running it."""
+    seconds = 0.0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+        if "CompilerThre" in name:  # the kernel keeps 15 characters of a thread's name
+            seconds += (int(fields[11]) + int(fields[12])) / tick
+    return seconds
 
 
 def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU seconds spent between two ``cpu_seconds`` readings, by process kind (empty off Linux)."""
-    return {name: after[name] - before[name] for name in ("jvm", "python workers", "driver") if name in after}
+    return {name: after[name] - before[name] for name in ("jvm", "jvm JIT", "python workers", "driver") if name in after}
 
 
 def spark_stages(spark, spans: list[tuple[float, float]]) -> list[dict[str, dict[str, float]]]:
@@ -561,8 +583,10 @@ def format_stages(sides: dict[str, dict[str, float]]) -> str:
 
 
 def format_cpu(spent: dict[str, float]) -> str:
-    """``jvm 3.8 s, python workers 3.4 s, driver 0.2 s``."""
-    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in spent.items())
+    """``jvm 3.8 s (JIT 1.2 s), python workers 3.4 s, driver 0.2 s``."""
+    return ", ".join(f"{name} {seconds:.1f} s" + (f" (JIT {spent['jvm JIT']:.1f} s)" if name == "jvm" and "jvm JIT" in spent
+                                                  else "")
+                     for name, seconds in spent.items() if name != "jvm JIT")
 
 
 def _fmt(name: str, r: dict) -> str:

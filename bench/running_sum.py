@@ -9,6 +9,9 @@ micro-batch, so every run checkpoints every ~100k events) and the same available
     python bench/running_sum.py --pyflink [--pyflink-python /work/pyflink-venv/bin/python]  # + Flink
     python bench/running_sum.py --breakdown   # + where a micro-batch's time goes, keyspan vs the bare loop
 
+Each run's CPU seconds are printed by process kind (Linux): the JVM (of which its JIT compiler
+threads), the Python workers and the driver.
+
 ``--pyflink`` also runs the same events (as CSV) on Apache Flink through PyFlink, in the separate venv
 that has ``apache-flink`` (see bench/pyflink_peer.py): the running sum as a Python
 ``KeyedProcessFunction`` in thread mode and in process mode, and as Flink SQL ``GROUP BY``.
@@ -40,7 +43,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.baselines import (  # noqa: E402
     WARM_UP_EVENTS,
+    cpu_seconds,
+    cpu_spent,
     expected_sums,
+    format_cpu,
     generate_events,
     make_spark,
     require_transform_with_state,
@@ -255,12 +261,17 @@ def main():
             run_map_in_arrow(spark, warm, os.path.join(work, "ckpt-arrow-warm"), verify=False)
         run_keyspan(spark, warm, os.path.join(work, "ks-warm"), "warm")
         ks, arrow, epochs = [], [], []
+        cpu = {"keyspan": [], "mapInArrow": []}  # CPU seconds of each run, by process kind
 
         def bare(i):
+            before = cpu_seconds()
             arrow.append(run_map_in_arrow(spark, data, os.path.join(work, f"ckpt-arrow-{i}"), verify=False)["rate"])
+            cpu["mapInArrow"].append(cpu_spent(before, cpu_seconds()))
 
         def keyspan(i):
+            before = cpu_seconds()
             r = run_keyspan(spark, data, os.path.join(work, f"ks-{i}"), f"running-sum-{i}")
+            cpu["keyspan"].append(cpu_spent(before, cpu_seconds()))
             ks.append(r["rate"])
             epochs.append(r["epochs"])
             state = latest_keyed_state(options.current().metadata(), options.current().checkpoint_root(),
@@ -275,6 +286,8 @@ def main():
             print(f"run {i}: keyspan {ks[-1]:,.0f} ev/s ({epochs[-1]} epochs, state verified)  "
                   f"mapInArrow {arrow[-1]:,.0f} ev/s  ratio {ks[-1] / arrow[-1]:.2f}"
                   f"{'' if i % 2 == 0 else '  (keyspan ran first)'}", flush=True)
+            if cpu["keyspan"][-1]:
+                print("  CPU: " + "; ".join(f"{n}: {format_cpu(c[-1])}" for n, c in cpu.items()), flush=True)
         flink = {}
         if args.pyflink:
             if os.path.exists(args.pyflink_python):
@@ -293,6 +306,10 @@ def main():
         print(f"mapInArrow (no state saved)  {a:>12,.0f} events/s   keyspan / bare limit = {k / a:.0%} (target >= 80%)")
         if args.repeats > 1:
             print("  per repeat: " + ", ".join(f"{x / y:.2f}" for x, y in zip(ks, arrow)))
+        if cpu["keyspan"][0]:
+            print("  CPU per run, medians: " + "; ".join(
+                f"{n}: " + format_cpu({part: statistics.median(run[part] for run in c) for part in c[0]})
+                for n, c in cpu.items()))
         if tws:
             print(f"transformWithStateInPandas   {tws:>12,.0f} events/s   keyspan / TWS = {k / tws:.1f}x (target >= 15x)")
         for mode, r in flink.items():
