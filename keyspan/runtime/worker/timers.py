@@ -197,9 +197,15 @@ class TimerService(timerservice.TimerService):
         ``timestamp``) holds ``namespace`` too, registered if there was none (``set_timer_namespaces``
         for many keys at once; timestamps are ints already). Returns what each timer held before; one
         that held True (restored from before timers held their namespaces) is left as it was, for the
-        caller to move its namespaces into it."""
+        caller to move its namespaces into it. Timers at one timestamp share one entry object, and new
+        timers of one namespace one tuple of it, which a checkpoint pickles once per key group (a
+        window's timers: half the bytes and time)."""
+        entries: dict = {}
+        alone: dict = {}  # id → (namespace,): the namespaces are alive in ``rows`` meanwhile
         before = self._timer_state()._entries_merge(
-            [(key, kg, (domain, timestamp), namespace) for key, kg, timestamp, namespace in rows], _with_namespace)
+            [(key, kg, entries.get(timestamp) or entries.setdefault(timestamp, (domain, timestamp)),
+              alone.get(id(namespace)) or alone.setdefault(id(namespace), (namespace,)))
+             for key, kg, timestamp, namespace in rows], _with_namespace)
         for (key, kg, timestamp, _), held in zip(rows, before):
             if held is None:
                 self._enqueue(domain, timestamp, kg, key)
@@ -336,13 +342,14 @@ class DueQueue:
         return timestamp, kg, key
 
 
-def _with_namespace(held, namespace):
-    """A timer's namespaces once ``namespace`` registered it: ``held`` itself when nothing changes."""
+def _with_namespace(held, alone: tuple):
+    """A timer's namespaces once the one namespace of ``alone`` registered it: ``held`` itself when
+    nothing changes, ``alone`` itself for a new timer."""
     if held is None:
-        return (namespace,)
-    if held is True or namespace in held:
+        return alone
+    if held is True or alone[0] in held:
         return held
-    return (*held, namespace)
+    return (*held, *alone)
 
 
 def _check_timestamp(timestamp) -> int:
