@@ -71,7 +71,7 @@ def fan_out(targets: list):
     if len(targets) == 1:
         return targets[0]
 
-    def emit(value, _targets=tuple(targets)):
+    def emit(value, _targets=tuple(map(per_record, targets))):
         for t in _targets:
             t(value)
     return emit
@@ -120,7 +120,7 @@ class OperatorChain:
                     side.setdefault(tag, []).append(self._target(kind, ref, emitter_for, forms.get(tag)))
             fn = fan_out(main)
             if op.kind in SIDE_OUTPUT_KINDS:
-                fn = with_side_outputs(fn, {tag: fan_out(targets) for tag, targets in side.items()})
+                fn = with_side_outputs(fn, {tag: per_record(fan_out(targets)) for tag, targets in side.items()})
             emitters[op.index] = fn
             return fn
 
