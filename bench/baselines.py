@@ -490,9 +490,9 @@ def warm_up(spark, workdir: str, tws: bool = True) -> None:
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds so far of this process ("driver"), of the Spark JVM it started ("jvm", of which its
     JIT compiler threads: "jvm JIT") and of the JVM's Python workers ("python workers"), read from
-    ``/proc`` (Linux; empty elsewhere). The
-    difference over a run says where a job spent its CPU, which on a busy 2-core machine wanders
-    less than wall time. A process that ended during the run is missing from the later reading."""
+    ``/proc`` (Linux; empty elsewhere). The difference over a run says where a job spent its CPU,
+    which on a busy 2-core machine wanders less than wall time. A process that ended during the run
+    is missing from the later reading."""
     if not os.path.isdir("/proc/self"):
         return {}
     tick = os.sysconf("SC_CLK_TCK")
