@@ -499,13 +499,12 @@ def cpu_seconds() -> dict[str, float]:
     processes = {}  # pid → (parent pid, CPU seconds, command line)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            _, parent, seconds = _stat(f"/proc/{pid}/stat", tick)
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 command = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        processes[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, command)
+        processes[int(pid)] = (parent, seconds, command)
     me = os.getpid()
     totals = {"driver": processes.get(me, (0, 0.0, ""))[1], "jvm": 0.0, "jvm JIT": 0.0, "python workers": 0.0}
     for pid, (parent, seconds, command) in processes.items():
@@ -531,14 +530,20 @@ def _jit_seconds(pid: int, tick: int) -> float:
         return 0.0
     for thread in threads:
         try:
-            with open(f"/proc/{pid}/task/{thread}/stat") as f:
-                stat = f.read()
+            name, _, cpu = _stat(f"/proc/{pid}/task/{thread}/stat", tick)
         except OSError:
             continue
-        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
         if "CompilerThre" in name:  # the kernel keeps 15 characters of a thread's name
-            seconds += (int(fields[11]) + int(fields[12])) / tick
+            seconds += cpu
     return seconds
+
+
+def _stat(path: str, tick: int) -> tuple[str, int, float]:
+    """A process's or thread's name, parent pid and CPU seconds (user + system) from its ``stat`` file."""
+    with open(path) as f:
+        stat = f.read()
+    fields = stat.rsplit(")", 1)[1].split()
+    return stat[stat.index("(") + 1:stat.rindex(")")], int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
 
 
 def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
