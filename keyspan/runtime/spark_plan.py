@@ -174,16 +174,17 @@ class SparkStages:
         return batch_df.filter(F.col("_ks_src") == self._index[t.id]).select(*self._columns[t.id])
 
     def _routed_by_key(self, stage, src, heartbeat: bool):
-        """A JVM-routed stage's input: ``src`` with its key group and subtask columns, repartitioned by
-        subtask. Every subtask's task runs, with or without records, and learns its subtask from its
-        first row or else from Spark's partition id. ``heartbeat`` adds a row per subtask (key group
-        -1) where that is not enough: when Spark unions the stage's output with another's before an
-        exchange (a union numbers partitions on), and when an epoch runs again after a run that lacked
-        a subtask's report. Those rows are one more Spark task, which on a 2-core machine waits for a
-        core: about 5 % of a window job's time (docs/benchmarks.md). The columns and
-        heartbeat rows are built once per plan and the steps go to the JVM as single calls: each
-        PySpark step would convert its columns again, several round trips to the JVM each, and an
-        epoch's fixed cost is what bounds latency."""
+        """A JVM-routed stage's input: ``src`` with its key group column, repartitioned by subtask.
+        Every subtask's task runs, with or without records, and learns its subtask from its first
+        row's key group or else from Spark's partition id. ``heartbeat`` adds a row per subtask (key
+        group -1 - subtask) where that is not enough: when Spark unions the stage's output with
+        another's before an exchange (a union numbers partitions on), and when an epoch runs again
+        after a run that lacked a subtask's report. Those rows are one more Spark task, which on a
+        2-core machine waits for a core: about 5 % of a window job's time (docs/benchmarks.md). The
+        subtask is the exchange's partitioning expression, not a column: rows cross the exchange
+        and reach Python one field smaller. The columns and heartbeat rows are built once per plan
+        and the steps go to the JVM as single calls: each PySpark step would convert its columns
+        again, several round trips to the JVM each, and an epoch's fixed cost is what bounds latency."""
         from pyspark.sql import DataFrame
 
         cached = self._routing.get(stage.plan.stage_id)
@@ -194,12 +195,14 @@ class SparkStages:
             schema = stage.pushdown_source.spec.dataframe.schema
             kg = F.pmod(F.xxhash64(*[_jvm_key_column(schema, c) for c in p.key_fields]),
                         F.lit(p.max_parallelism)).cast("int")
-            sub = F.floor(kg * p.parallelism / p.max_parallelism).cast("int")  # exact: small integers
             beats = self.spark.range(0, p.parallelism, 1, 1).select(  # one task, not one per core
                 *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields],
-                F.lit(-1).alias("_ks_kg"), F.col("id").cast("int").alias("_ks_sub"))
-            columns = src._jcols("*", kg.alias("_ks_kg"), sub.alias("_ks_sub"))
-            cached = self._routing[stage.plan.stage_id] = (columns, beats._jdf, F.col("_ks_sub")._jc)
+                (-1 - F.col("id")).cast("int").alias("_ks_kg"))
+            routed_kg = F.col("_ks_kg")
+            subtask = F.when(routed_kg < 0, -1 - routed_kg).otherwise(  # exact: small integers
+                F.floor(routed_kg * p.parallelism / p.max_parallelism)).cast("int")
+            cached = self._routing[stage.plan.stage_id] = (src._jcols("*", kg.alias("_ks_kg")), beats._jdf,
+                                                           subtask._jc)
         columns, heartbeat_rows, subtask = cached
         routed = src._jdf.select(columns)
         if heartbeat:

@@ -46,6 +46,7 @@ from keyspan.runtime.worker.acks import acknowledging
 from keyspan.runtime.worker.chain import OperatorChain, emitting
 from keyspan.runtime.worker.contexts import SnapshotContext
 from keyspan.runtime.worker.timers import EVENT_TIME, PROCESSING_TIME
+from keyspan.state.keygroups import compute_operator_index_for_key_group
 
 FIRING_BATCH = 1024  # windows an operator fires between two looks at the exits' buffers
 _PLANS: dict[str, StagePlan] = {}
@@ -87,11 +88,20 @@ def make_stage_function(plan_bytes: bytes, digest: str, reader_bytes: bytes | No
             batches = iter(batches)
             first = next((b for b in batches if b.num_rows), None)
             if first is not None:
-                subtask = first.column(first.schema.get_field_index("_ks_sub"))[0].as_py()
+                subtask = _addressed_subtask(first, plan)
                 batches = itertools.chain([first], batches)
         yield from StageTask(plan, ctx, subtask, attempt).run(batches)
 
     return acknowledging(run)
+
+
+def _addressed_subtask(batch, plan: StagePlan) -> int:
+    """The subtask a partition's first row is addressed to: an exchange's rows name it; a JVM-routed
+    row's key group gives it, a heartbeat row's (key group -1 - subtask) too."""
+    if plan.input_format == InputFormat.EXCHANGE:
+        return batch.column(batch.schema.get_field_index("_ks_sub"))[0].as_py()
+    kg = batch.column(batch.schema.get_field_index("_ks_kg"))[0].as_py()
+    return -1 - kg if kg < 0 else compute_operator_index_for_key_group(plan.max_parallelism, plan.parallelism, kg)
 
 
 def _joined(batches, rows: int):
@@ -382,7 +392,7 @@ class StageTask(OperatorChain):
         records = list(map(make_row, zip(*cols)))
         field = self.plan.timestamp_field
         stamps = cols[self.plan.typed_fields.index(field)] if field else None
-        if -1 in kg_col:  # the heartbeat row that tells this task its subtask
+        if min(kg_col, default=0) < 0:  # the heartbeat row that tells this task its subtask
             keep = [i for i, kg in enumerate(kg_col) if kg >= 0]
             kg_col, key_col, records = ([col[i] for i in keep] for col in (kg_col, key_col, records))
             stamps = [stamps[i] for i in keep] if stamps is not None else None
