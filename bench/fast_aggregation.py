@@ -3,7 +3,7 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
 
     python bench/fast_aggregation.py [--events 1000000] [--keys 10000] [--files 10] [--repeats 1]
                                      [--skip-sum] [--skip-windows] [--window-source spark|file] [--pyflink]
-                                     [--any-worker] [--python-workers-over-unix-sockets]
+                                     [--any-worker] [--your-function] [--python-workers-over-unix-sockets]
 
 1. Rolling sum per key. keyspan: ``from_spark`` (one file per epoch) → ``key_by(key).sum("value")`` →
    DiscardingSink, a checkpoint every epoch; one output per event (Flink's semantics); the final
@@ -27,7 +27,9 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    the expected sums and counts (delivering 101,504 results to the driver cost keyspan about 9 % of
    a run). Spark's emitted row count is checked against its watermark rule in every run. ``--any-worker``
    also runs the fast path with ``set_python_worker_per_subtask(False)`` (Spark hands each task to any
-   idle Python worker, which first applies what the other worker changed). Each run's CPU
+   idle Python worker, which first applies what the other worker changed). ``--your-function`` also
+   runs the windows with ``YourSumAndCount``, the same sum and count as a plain-Python
+   ``AggregateFunction``: folded a chunk at a time (the folding path) and record by record. Each run's CPU
    seconds are printed too, split between the Spark JVM, its Python workers and this process
    (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to. So do
    Spark's stage metrics of each run, printed last (``bench.baselines.spark_stages``): the stages
@@ -41,7 +43,8 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    columns in chunks of 64 k, as a keyed stage fed by a Spark source gets them); CPU seconds of this process
    (``time.process_time``), so a busy machine disturbs it less than the end-to-end runs. The
    same for the tumbling-window sum-and-count operator (``process_element`` vs ``process_batch`` vs
-   ``process_columns``), then every window fired through the worker's timer service as a task fires them (windows/CPU-s).
+   ``process_columns``), then every window fired through the worker's timer service as a task fires them (windows/CPU-s),
+   then ``YourSumAndCount`` record by record against the folding path in chunks of 16 k and 64 k.
    Python's garbage collector runs as in a task (``keyspan.common.garbage.streaming_records``): with
    Python's defaults a young collection every 700 allocations would be measured too.
 
@@ -72,6 +75,7 @@ from keyspan.common import Duration, Time, WatermarkStrategy  # noqa: E402
 from keyspan.datastream import StreamExecutionEnvironment, TumblingEventTimeWindows  # noqa: E402
 from keyspan.datastream.window import EventTimeTrigger  # noqa: E402
 from keyspan.datastream.aggregates import Avg  # noqa: E402
+from keyspan.datastream.functions import AggregateFunction  # noqa: E402
 from keyspan.datastream.connectors.file_system import DiscardingSink, FileSource, StreamFormat  # noqa: E402
 from keyspan.runtime import options  # noqa: E402
 
@@ -83,6 +87,22 @@ class SumAndCount(Avg):
 
     def get_result(self, accumulator):
         return accumulator
+
+
+class YourSumAndCount(AggregateFunction):
+    """The same sum and count as you would write it: plain Python, one ``add`` call per record."""
+
+    def create_accumulator(self):
+        return 0, 0
+
+    def add(self, value, accumulator):
+        return accumulator[0] + value.value, accumulator[1] + 1
+
+    def get_result(self, accumulator):
+        return accumulator
+
+    def merge(self, acc_a, acc_b):
+        return acc_a[0] + acc_b[0], acc_a[1] + acc_b[1]
 
 
 def vectorized(result) -> int:
@@ -169,9 +189,10 @@ def rolling_sum(spark, args, work: str) -> None:
 # --- tumbling windows -------------------------------------------------------------------------------------
 
 def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize: bool, source: str = "spark",
-                        worker_per_subtask: bool = True, collect: bool = True) -> dict:
+                        worker_per_subtask: bool = True, collect: bool = True, yours: bool = False) -> dict:
     """``collect``: every window result delivered to a sink in this process (for checking them);
-    otherwise dropped in the task, as Spark's peer drops its rows in the noop sink."""
+    otherwise dropped in the task, as Spark's peer drops its rows in the noop sink. ``yours``: the
+    aggregate is ``YourSumAndCount`` (plain Python) instead of keyspan's columnar ``SumAndCount``."""
     options.install(options.RunOptions(workdir=workdir, fresh=True, rest_api=False))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
@@ -188,7 +209,7 @@ def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize
         timed = env.from_spark(events, bounded=True).assign_timestamps_and_watermarks(strategy)
     results = (timed.key_by(lambda r: r.key)
                .window(TumblingEventTimeWindows.of(Time.minutes(1)))
-               .aggregate(SumAndCount("value"), KeyAndWindow()).uid("windows"))
+               .aggregate(YourSumAndCount() if yours else SumAndCount("value"), KeyAndWindow()).uid("windows"))
     sink = Results()
     if collect:
         results.add_sink(sink)
@@ -212,26 +233,30 @@ def windows(spark, args, work: str) -> None:
         run_keyspan_windows(spark, warm, os.path.join(work, f"ksw-warm-{vectorize}"), f"w-warm-{vectorize}", vectorize,
                             args.window_source)
     run_spark(spark, warm, os.path.join(work, "spw-warm"), HDFS)
-    variants = [("fast", True, True), ("per-record", False, True)]
+    # (name, fast paths on, a Python worker per subtask, your own AggregateFunction)
+    variants = [("fast", True, True, False), ("per-record", False, True, False)]
+    if args.your_function:
+        variants += [("yours, folded", True, True, True), ("yours, per record", False, True, True)]
     if args.any_worker:
-        variants.append(("fast, any worker", True, False))
-    rates = {**{name: [] for name, _, _ in variants}, "spark": []}
+        variants.append(("fast, any worker", True, False, False))
+    rates = {**{name: [] for name, *_ in variants}, "spark": []}
     cpu = {name: [] for name in rates}  # CPU seconds of each run, by process kind
     spans = {name: [] for name in rates}  # (start, end) of each timed run, for Spark's stage metrics
     def job_name(variant: str, run) -> str:
         return f"windows-{variant.replace(', ', '-').replace(' ', '-')}-{run}"
 
-    for name, vectorize, own in variants:  # untimed: the same job on the same data, its windows checked
+    for name, vectorize, own, yours in variants:  # untimed: the same job on the same data, its windows checked
         job = job_name(name, "checked")
-        r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own)
+        r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own,
+                                yours=yours)
         assert r["windows"] == expected, \
             f"{name}: window results differ from the expected sums and counts: {differences(r['windows'], expected)}"
     for i in range(args.repeats):
-        for name, vectorize, own in variants:
+        for name, vectorize, own, yours in variants:
             before, began = cpu_seconds(), time.time()
             job = job_name(name, i)
             r = run_keyspan_windows(spark, data_dir, os.path.join(work, job), job, vectorize, args.window_source, own,
-                                    collect=False)
+                                    collect=False, yours=yours)
             cpu[name].append(cpu_spent(before, cpu_seconds()))
             spans[name].append((began, time.time()))
             assert r["events"] == args.events, f"{name}: {r['events']:,} events read"
@@ -256,6 +281,12 @@ def windows(spark, args, work: str) -> None:
     print(f"keyspan fast path                   {m['fast']:>10,.0f} events/s   / Spark = {m['fast'] / m['spark']:.2f}x")
     print(f"keyspan per-record path             {m['per-record']:>10,.0f} events/s   / Spark = "
           f"{m['per-record'] / m['spark']:.2f}x")
+    if args.your_function:
+        print(f"your AggregateFunction, folded      {m['yours, folded']:>10,.0f} events/s   / Spark = "
+              f"{m['yours, folded'] / m['spark']:.2f}x   (folded / per record = "
+              f"{m['yours, folded'] / m['yours, per record']:.2f}x)")
+        print(f"your AggregateFunction, per record  {m['yours, per record']:>10,.0f} events/s   / Spark = "
+              f"{m['yours, per record'] / m['spark']:.2f}x")
     if args.any_worker:
         print(f"keyspan fast path, any worker       {m['fast, any worker']:>10,.0f} events/s   / Spark = "
               f"{m['fast, any worker'] / m['spark']:.2f}x   (a Python worker per subtask / any worker = "
@@ -372,7 +403,7 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
     from keyspan.datastream.functions import TimeDomain
     from keyspan.datastream.window import WindowOperationDescriptor
     from keyspan.runtime.protocol import COLUMN_CHUNK
-    from keyspan.runtime.operators.vectorized import VectorizedWindowOperator
+    from keyspan.runtime.operators.vectorized import FoldingWindowOperator, VectorizedWindowOperator
     from keyspan.runtime.operators.window import WindowOperator
     from keyspan.runtime.worker.task import FIRING_BATCH
     from keyspan.runtime.worker.timers import TimerService
@@ -456,6 +487,37 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
           f"arrow / per-record = {arrow / per:.2f}x (Arrow columns in, chunks of {COLUMN_CHUNK:,})")
     print(f"firing      {statistics.median(firing.values()):>12,.0f} windows/CPU-s (every window fired as a task fires "
           f"them, median of the three runs)", flush=True)
+    yours = AggregatingStateDescriptor("window-contents", YourSumAndCount())
+    descriptor = WindowOperationDescriptor(TumblingEventTimeWindows.of(Time.minutes(1)), EventTimeTrigger(), 0, None,
+                                           yours, None, True)
+    big = COLUMN_CHUNK  # the chunks of a Spark source keyed in the JVM; an exchange's are of 16,384
+    for name, cls, size in (("your function, per record", WindowOperator, chunk),
+                            ("your function, folded", FoldingWindowOperator, chunk),
+                            ("your function, folded", FoldingWindowOperator, big)):
+        backend = HeapKeyedStateBackend("windows", range(0, 128))
+        timers = TimerService(backend)
+        ctx = Context(backend, timers)
+        op = cls(descriptor)
+        op.open(RuntimeContext(backend))
+        start = time.process_time()
+        for lo in range(0, len(records), size):
+            ks, gs, rs, ts = keys[lo:lo + size], kgs[lo:lo + size], records[lo:lo + size], stamps[lo:lo + size]
+            if cls is FoldingWindowOperator:
+                assert op.process_batch(backend, ctx, gs, ks, rs, ts)[2] == []
+                continue
+            for k, g, r, t in zip(ks, gs, rs, ts):
+                backend.current_key, backend.current_key_group, ctx.ts = k, g, t
+                for _ in op.process_element(r, ctx):
+                    pass
+        rate = len(records) / (time.process_time() - start)
+        results = []
+        while op.fire_window_ends(timers, stamps[-1] + MINUTE, ctx, results.append, FIRING_BATCH):
+            pass
+        assert sorted(results) == fired["per-record"], name
+        if cls is WindowOperator:
+            per_record_rate = rate
+        print(f"{name:<26}{rate:>12,.0f} events/CPU-s   / per record = {rate / per_record_rate:.2f}x "
+              f"(YourSumAndCount: plain Python add; chunks of {size:,})", flush=True)
 
 
 def main():
@@ -468,6 +530,9 @@ def main():
                     help="events of the warm-up run before the measured ones (set it to --events to measure a warm JVM)")
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
+    ap.add_argument("--your-function", action="store_true",
+                    help="also run the windows with your own plain-Python AggregateFunction (YourSumAndCount), folded "
+                         "a chunk at a time and record by record")
     ap.add_argument("--any-worker", action="store_true",
                     help="also run the windows' fast path with set_python_worker_per_subtask(False): Spark hands each "
                          "task to any idle Python worker")

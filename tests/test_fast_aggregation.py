@@ -24,9 +24,10 @@ from keyspan.datastream import StreamExecutionEnvironment
 from keyspan.datastream.aggregates import Avg, BatchAggregateFunction, Count, First, Last, Max, Min, Sum
 from keyspan.datastream.connectors.file_system import FileSink
 from keyspan.datastream.formats.parquet import ParquetBulkWriters
-from keyspan.datastream.functions import ProcessWindowFunction
+from keyspan.datastream.functions import AggregateFunction, ProcessWindowFunction
 from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
+from keyspan.runtime.executor import JobExecutionError
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
 
 BOUND = 30       # ms, watermark bound
@@ -193,6 +194,93 @@ def test_window_aggregations_with_late_data_are_identical_on_both_paths(workdir)
             expected.setdefault((r[0], r[1] - r[1] % WINDOW), []).append(r[2])
     mins = {(r[1], r[2]): r[3] for k, v in fast.items() if k[0] == "tumbling-min" for r in v}  # last firings
     assert mins == {w: min(vs) for w, vs in expected.items()}
+
+
+class FirstAndValues(AggregateFunction):
+    """Your own aggregate whose order matters and whose accumulator changes in place: a list of the
+    values added, in order."""
+
+    def create_accumulator(self):
+        return []
+
+    def add(self, value, accumulator):
+        accumulator.append(value[2])
+        return accumulator
+
+    def get_result(self, accumulator):
+        return tuple(accumulator)
+
+    def merge(self, acc_a, acc_b):
+        return acc_a + acc_b
+
+
+def weigh_in(a, b):
+    """Your own reduce that neither commutes nor associates, and changes its first argument in place."""
+    a[2] = 2 * a[2] + b[2]
+    a[1] = b[1]
+    return a
+
+
+def build_user_windows(env, data, vectorize: bool, cut: int = 60):
+    """``reduce`` and ``aggregate`` with your own functions, tumbling and sliding, with allowed
+    lateness and late data; records are lists, so a reduce that changes its argument would corrupt
+    the other windows of a record if it were handed the record instead of a copy."""
+    keyed = source(env, data, vectorize, cut).map(lambda r: [r[0], r[1], r[2]]).key_by(lambda r: r[0])
+    late = OutputTag("late")
+    tumbling = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))
+    sliding = SlidingEventTimeWindows.of(Time.milliseconds(WINDOW), Time.milliseconds(40))
+    branches = []
+    for name, assigner, reduce in (("tumbling-reduce", tumbling, True), ("sliding-reduce", sliding, True),
+                                   ("tumbling-values", tumbling, False), ("sliding-values", sliding, False)):
+        windowed = keyed.window(assigner).allowed_lateness(LATENESS).side_output_late_data(late)
+        windowed = windowed.reduce(weigh_in, KeyedResult(name)) if reduce else \
+            windowed.aggregate(FirstAndValues(), KeyedResult(name))
+        windowed = windowed.set_parallelism(2)
+        branches.append(windowed.map(lambda r: (r[0], r[1], r[2], tuple(r[3]))))
+        branches.append(windowed.get_side_output(late).map(lambda r, n=name: ("late", n, tuple(r))))
+    return branches[0].union(*branches[1:])
+
+
+def test_your_own_reduce_and_aggregate_fold_a_chunk_per_window_with_the_per_record_results(workdir):
+    """The folding window path: your function is called once per record as on the per-record path,
+    in each window's arrival order, so even an order-sensitive reduce that changes its argument in
+    place and an accumulator changed in place give the per-record path's firings, late data included."""
+    from keyspan.datastream import EmbeddedRocksDBStateBackend
+
+    data = disordered(240, seed=9)
+    fast, slow, vectorized = both_paths(build_user_windows, data, "user-windows")
+    assert vectorized > 0.5 * 4 * len(data), "most records take the folding path"
+    assert fast == slow
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_state_backend(EmbeddedRocksDBStateBackend())
+    on_rocksdb, vectorized = run(env, build_user_windows(env, data, True), "user-windows-rocksdb")
+    assert vectorized > 0 and by_operator(on_rocksdb) == slow, "RocksDB folds as the heap does"
+    late = set(fast[("late", "tumbling-values")])
+    expected: dict = {}
+    for r in data:
+        if (r[0], r[1], r[2]) not in late:
+            expected.setdefault((r[0], r[1] - r[1] % WINDOW), []).append(r[2])
+    last = {(r[1], r[2]): r[3] for k, v in fast.items() if k[0] == "tumbling-values" for r in v}
+    assert last == {w: tuple(vs) for w, vs in expected.items()}
+
+
+class FailsOnSeventeen(FirstAndValues):
+    def add(self, value, accumulator):
+        if value[2] == 17:
+            raise ValueError("seventeen")
+        return super().add(value, accumulator)
+
+
+def test_a_failing_function_on_the_folding_path_names_its_record(env):
+    data = [("k", 1000 + i, i) for i in range(40)]
+    env.set_parallelism(1).set_max_records_per_epoch(100)
+    env.from_collection(data).assign_timestamps_and_watermarks(strategy()).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))).aggregate(FailsOnSeventeen()) \
+        .name("counting").print()
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("fails-on-seventeen")
+    message = str(info.value)
+    assert "operator 'counting'" in message and "('k', 1017, 17)" in message and "ValueError: seventeen" in message
 
 
 def test_rolling_sum_on_named_row_fields_and_floats(env):

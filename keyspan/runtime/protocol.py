@@ -76,6 +76,15 @@ class UserFunctionError(RuntimeError):
     MARKER = "keyspan.UserFunctionError: "
 
 
+class RecordFailed(Exception):
+    """A user function raised on ``record`` inside an operator that takes a chunk of records at once
+    (the exception it raised is the cause): reported as a failure on that record (``user_error``)."""
+
+    def __init__(self, record):
+        super().__init__(record)
+        self.record = record
+
+
 def user_error(op, subtask: int, exc: BaseException, record=None, method: str | None = None) -> UserFunctionError:
     """The one error a failing user call becomes: operator (name, uid, subtask) and the record or call."""
     if method is None:

@@ -30,9 +30,9 @@ A cell mixin provides, for the slot of the current key (and namespace):
 * namespaced cells: ``_take()`` → the stored value, deleted (``NamespaceMixin`` has a default made of
   ``_load`` and ``_delete``): the window operator reads and drops a pane it fires in one step, and
   ``_take_each(rows)`` many such panes; and
-  ``_merge_each(rows, merge, copy)``, many (key, namespace) slots merged in one call (a default made
-  of ``_load_for_update`` — ``_load`` when ``merge`` changes no argument — and ``_store``; the heap's
-  is one pass): the columnar window path's panes.
+  ``_merge_each(rows, merge, copy, merge_absent)``, many (key, namespace) slots merged in one call (a
+  default made of ``_load_for_update`` — ``_load`` when ``merge`` changes no argument — and
+  ``_store``; the heap's is one pass): the columnar and folding window paths' panes.
 
 Namespaces (PyFlink's ``fn_execution/internal_state.py``): a state registered with a descriptor
 from ``namespaced(descriptor)`` keeps one value per (key, namespace) — laid out like a map state
@@ -333,19 +333,29 @@ class NamespaceMixin(DictEntryReads):
     def set_current_namespace(self, namespace) -> None:
         self._ns = namespace
 
-    def _merge_each(self, rows, merge, copy: bool = True) -> list[bool]:
+    def _merge_each(self, rows, merge, copy: bool = True, merge_absent: bool = False) -> list[bool]:
         """For each (key, key group, namespace, value) of ``rows``: store ``merge(stored, value)``,
-        or ``value`` where nothing is stored; whether something was. A cell may do it in one pass.
-        ``copy`` False: ``merge`` never changes ``stored``, which then needs no private copy."""
+        or ``value`` where nothing is stored (``merge(None, value)`` with ``merge_absent``); whether
+        something was. A cell may do it in one pass. ``copy`` False: ``merge`` never changes
+        ``stored``, which then needs no private copy."""
         backend = self._backend
         found = []
         load = self._load_for_update if copy else self._load
         for key, key_group, namespace, value in rows:
             backend.current_key, backend.current_key_group, self._ns = key, key_group, namespace
             stored = load()
-            self._store(value if stored is None else merge(stored, value))
+            if stored is not None:
+                self._store(merge(stored, value))
+            else:
+                self._store(merge(None, value) if merge_absent else value)
             found.append(stored is not None)
         return found
+
+    def fold_each(self, rows, fold) -> list[bool]:
+        """For each (key, key group, namespace, values) of ``rows``: store ``fold(stored, values)``,
+        ``stored`` a private copy or None; whether something was stored. A chunk's records of many
+        windows added with one state access per window (the folding window path)."""
+        return self._merge_each(rows, fold, copy=True, merge_absent=True)
 
     def merge_namespaces(self, target, sources) -> None:
         """Combine the values of the ``sources`` namespaces (removing them), then the target's value

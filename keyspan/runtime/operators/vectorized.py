@@ -1,4 +1,5 @@
-"""The columnar fast path of known aggregations (docs/aggregations.md).
+"""The chunk-at-a-time paths: the columnar fast path of known aggregations, and the folding path of
+windows with your own reduce or aggregate function (docs/aggregations.md).
 
 A keyed operator here has ``process_batch(backend, ctx, kgs, keys, records, stamps)``: the stage
 hands it a whole chunk of records (up to 16k) instead of one record at a time. It returns the
@@ -16,6 +17,9 @@ one ran never shows in checkpoints, savepoints or results.
   event-time tumbling/sliding windows and the default trigger: each chunk is pre-aggregated per
   (key, window) and merged into the window's accumulator; firing, lateness and cleanup stay the
   window operator's own.
+* ``FoldingWindowOperator`` — the same windows with your own ``ReduceFunction``/``AggregateFunction``:
+  not columnar (your function runs once per record), but each (key, window)'s records of a chunk are
+  added to its pane in one state access, in their order of arrival.
 """
 
 from __future__ import annotations
@@ -32,20 +36,26 @@ from keyspan.datastream.window import (
     WindowOperationDescriptor,
 )
 from keyspan.runtime.operators.window import WindowOperator
-from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor
+from keyspan.runtime.protocol import RecordFailed
+from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor, ReducingStateDescriptor
+from keyspan.state.heap.table import private
 
-__all__ = ["RollingAggregateOperator", "VectorizedWindowOperator", "vectorized"]
+__all__ = ["FoldingWindowOperator", "RollingAggregateOperator", "VectorizedWindowOperator", "vectorized"]
 
 
 def vectorized(fn):
-    """The columnar operator for runtime function ``fn``, or None when its aggregation is not known."""
+    """The chunk-at-a-time operator for runtime function ``fn`` (columnar for a known aggregation,
+    folding for a window with your own reduce or aggregate function), or None."""
     if isinstance(fn, WindowOperationDescriptor):
         contents = fn.window_state_descriptor
-        if (type(fn.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
-                and type(fn.trigger) is EventTimeTrigger
-                and isinstance(contents, AggregatingStateDescriptor)
-                and isinstance(contents.agg_function, BatchAggregateFunction)):
+        if not (type(fn.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+                and type(fn.trigger) is EventTimeTrigger):
+            return None
+        if isinstance(contents, AggregatingStateDescriptor) and isinstance(contents.agg_function,
+                                                                           BatchAggregateFunction):
             return VectorizedWindowOperator(fn)
+        if isinstance(contents, (AggregatingStateDescriptor, ReducingStateDescriptor)):
+            return FoldingWindowOperator(fn)
         return None
     wrapped = fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else None
     if isinstance(wrapped, RollingAggregation) and hasattr(fn, "STATE"):
@@ -333,47 +343,33 @@ class RollingAggregateOperator:
         return outputs, ()
 
 
-class VectorizedWindowOperator(WindowOperator):
-    """The window operator with chunk-at-a-time paths for ``BatchAggregateFunction``s: a list of
-    records (``process_batch``) or the Arrow columns of a Spark source keyed and timestamped by its
-    columns (``process_columns``)."""
+class ChunkedWindowOperator(WindowOperator):
+    """The window operator taking a chunk of records at a time on event-time tumbling/sliding windows
+    with the default trigger (``_merge_chunk``): a subclass says how a (key, window) group's records
+    reach the window's pane (``_add_groups``) and whether their order within a window matters."""
 
-    columns_take_timestamps = True
+    def _add_groups(self, rows) -> list[bool]:
+        """Adds each (key, key group, window, what ``accumulate`` made of the group's records) of
+        ``rows`` to its pane, in order; whether each pane held something before."""
+        raise NotImplementedError
 
-    def process_batch(self, backend, ctx, kgs, keys, records, stamps):
-        if stamps is None or any(s is None for s in stamps):
+    def _order_free(self) -> bool:
+        """Whether a window's records may reach its pane in any order (a commutative aggregate)."""
+        return False
+
+    def _stamped_chunk(self, backend, ctx, kgs, keys, stamps, accumulate):
+        """``_merge_chunk`` over a chunk of records as lists (``process_batch``); the records left to the
+        per-record path, or None when the chunk does not qualify."""
+        if stamps is None or None in stamps:
             return None
         codes, firsts, _ = _key_codes(keys)
-        agg = self._descriptor.window_state_descriptor.agg_function
-
-        def accumulate(rows, groups, n_groups):
-            return agg.accumulate_groups([records[i] for i in rows.tolist()], groups, n_groups)
-
-        late = self._merge_chunk(backend, ctx, np.array(stamps, dtype=np.int64), codes, np.array(kgs, dtype=np.int64),
+        return self._merge_chunk(backend, ctx, np.array(stamps, dtype=np.int64), codes, np.array(kgs, dtype=np.int64),
                                  [keys[i] for i in firsts.tolist()], accumulate)
-        return None if late is None else ((), None, late)
-
-    def process_columns(self, backend, ctx, kgs, keys, batch, row_cls, stamps):
-        """The chunk's records never become Python objects: the aggregate reads the Arrow columns
-        (``accumulate_columns``). Returns no outputs (windows fire on timers) and the records left to
-        the per-record path, or None when the chunk does not qualify."""
-        if stamps is None:
-            return None
-        codes, _, uniques = _arrow_key_codes(keys)
-        agg = self._descriptor.window_state_descriptor.agg_function
-
-        def accumulate(rows, groups, n_groups):
-            # rows are indices into the chunk, never decreasing: n of them, strictly increasing, are all of it
-            whole = len(rows) == batch.num_rows and bool((rows[1:] > rows[:-1]).all())
-            taken = batch if whole else batch.take(pa.array(rows))
-            return agg.accumulate_columns(taken, groups, n_groups)
-
-        late = self._merge_chunk(backend, ctx, stamps, codes, kgs, uniques, accumulate)
-        return None if late is None else (None, late)
 
     def _merge_chunk(self, backend, ctx, ts, codes, kgs, uniques: list, accumulate):
-        """Pre-aggregates a chunk per (key, window) and merges each group into its window's state;
-        the indices of the records left to the per-record path, or None if the chunk does not qualify.
+        """Groups a chunk per (key, window) (``accumulate(rows, group of each row, groups)``: one value
+        per group) and adds each group to its window's pane (``_add_groups``); the indices of the
+        records left to the per-record path, or None if the chunk does not qualify.
         ``codes``: each record's key as an index into ``uniques``; ``kgs``: each record's key group."""
         timers = ctx.timer_service()
         self._timer_service = timers
@@ -393,8 +389,7 @@ class VectorizedWindowOperator(WindowOperator):
         # never touch them; they share other windows only when sliding, where order matters unless
         # the aggregate is commutative.
         special = first_start + size - 1 <= watermark
-        agg = self._descriptor.window_state_descriptor.agg_function
-        if special.all() or (special.any() and not tumbling and not agg.commutative):
+        if special.all() or (special.any() and not tumbling and not self._order_free()):
             return None
         keep = np.flatnonzero(~special)
         if tumbling:
@@ -420,7 +415,7 @@ class VectorizedWindowOperator(WindowOperator):
         head_kgs = kgs[first_records].tolist()
         chunk_windows = list(map(self._shared_window, window_starts.tolist()))  # a few per chunk
         windows = list(map(chunk_windows.__getitem__, window_ids[heads].tolist()))
-        found = contents.add_accumulators(zip(head_keys, head_kgs, windows, accumulators))
+        found = self._add_groups(zip(head_keys, head_kgs, windows, accumulators))
         # EventTimeTrigger.on_element for a window the watermark has not passed: a timer at its end
         if lateness:
             for window, key, kg in zip(windows, head_keys, head_kgs):
@@ -442,3 +437,115 @@ class VectorizedWindowOperator(WindowOperator):
                 backend.current_key_group = kg
                 register_timer(EVENT_TIME, end, window)
         return np.flatnonzero(special).tolist()
+
+
+class VectorizedWindowOperator(ChunkedWindowOperator):
+    """The window operator with chunk-at-a-time paths for ``BatchAggregateFunction``s: a list of
+    records (``process_batch``) or the Arrow columns of a Spark source keyed and timestamped by its
+    columns (``process_columns``)."""
+
+    columns_take_timestamps = True
+
+    def _add_groups(self, rows) -> list[bool]:
+        return self._contents.add_accumulators(rows)
+
+    def _order_free(self) -> bool:
+        return self._descriptor.window_state_descriptor.agg_function.commutative
+
+    def process_batch(self, backend, ctx, kgs, keys, records, stamps):
+        agg = self._descriptor.window_state_descriptor.agg_function
+
+        def accumulate(rows, groups, n_groups):
+            return agg.accumulate_groups([records[i] for i in rows.tolist()], groups, n_groups)
+
+        late = self._stamped_chunk(backend, ctx, kgs, keys, stamps, accumulate)
+        return None if late is None else ((), None, late)
+
+    def process_columns(self, backend, ctx, kgs, keys, batch, row_cls, stamps):
+        """The chunk's records never become Python objects: the aggregate reads the Arrow columns
+        (``accumulate_columns``). Returns no outputs (windows fire on timers) and the records left to
+        the per-record path, or None when the chunk does not qualify."""
+        if stamps is None:
+            return None
+        codes, _, uniques = _arrow_key_codes(keys)
+        agg = self._descriptor.window_state_descriptor.agg_function
+
+        def accumulate(rows, groups, n_groups):
+            # rows are indices into the chunk, never decreasing: n of them, strictly increasing, are all of it
+            whole = len(rows) == batch.num_rows and bool((rows[1:] > rows[:-1]).all())
+            taken = batch if whole else batch.take(pa.array(rows))
+            return agg.accumulate_columns(taken, groups, n_groups)
+
+        late = self._merge_chunk(backend, ctx, stamps, codes, kgs, uniques, accumulate)
+        return None if late is None else (None, late)
+
+
+class FoldingWindowOperator(ChunkedWindowOperator):
+    """The window operator for your own ``ReduceFunction`` or ``AggregateFunction`` (``reduce``,
+    ``aggregate``) on event-time tumbling/sliding windows with the default trigger, a chunk of records
+    at a time: each (key, window)'s records of the chunk are added to the window's pane in their order
+    of arrival, your function called once per record as on the per-record path, with one state access
+    per window instead of the window machinery per record. A failing call names its record
+    (``RecordFailed``)."""
+
+    def __init__(self, descriptor):
+        super().__init__(descriptor)
+        contents = descriptor.window_state_descriptor
+        if isinstance(contents, AggregatingStateDescriptor):
+            agg = contents.agg_function
+            self._fold = _aggregate_fold(agg.create_accumulator, agg.add)
+        else:
+            function = contents.reduce_function
+            self._fold = _reduce_fold(getattr(function, "reduce", function))
+
+    def _add_groups(self, rows) -> list[bool]:
+        return self._contents.fold_each(rows, self._fold)
+
+    def process_batch(self, backend, ctx, kgs, keys, records, stamps):
+        def gather(rows, groups, n_groups):  # each group's records, in arrival order
+            order, bounds = segments(groups, n_groups)
+            chosen = list(map(records.__getitem__, rows[order].tolist()))
+            cuts = bounds.tolist()
+            return [chosen[start:end] for start, end in zip(cuts, cuts[1:])]
+
+        late = self._stamped_chunk(backend, ctx, kgs, keys, stamps, gather)
+        return None if late is None else ((), None, late)
+
+
+def _aggregate_fold(create_accumulator, add):
+    """A pane's accumulator after ``add`` of each record, as ``AggregatingState.add`` leaves it."""
+
+    def fold(accumulator, records):
+        record = None
+        try:
+            if accumulator is None:
+                accumulator = create_accumulator()
+            for record in records:
+                accumulator = add(record, accumulator)
+        except Exception as exc:
+            raise RecordFailed(record) from exc
+        return accumulator
+    return fold
+
+
+def _reduce_fold(reduce):
+    """A pane's value after reducing each record into it, as ``ReducingState.add`` leaves it: an empty
+    pane takes its first record as it is, and a reduce is handed a copy of it, never the record
+    itself, which may belong to other (sliding) windows too. The per-record path reduces into a
+    private copy of the stored value (the heap) or one read afresh (RocksDB)."""
+
+    def fold(value, records):
+        record = None
+        try:
+            if value is None:
+                value = records[0]
+                if len(records) == 1:
+                    return value
+                value = private(value)
+                records = records[1:]
+            for record in records:
+                value = reduce(value, record)
+        except Exception as exc:
+            raise RecordFailed(record) from exc
+        return value
+    return fold

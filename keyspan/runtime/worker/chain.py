@@ -19,7 +19,7 @@ from keyspan.metrics import metricbase
 from keyspan.datastream.transformation import BROADCAST_KINDS, SIDE_OUTPUT_KINDS, TWO_INPUT_KINDS, OperatorKind
 from keyspan.runtime import event_time
 from keyspan.runtime.planner import ExitKind
-from keyspan.runtime.protocol import UserFunctionError, user_error
+from keyspan.runtime.protocol import RecordFailed, UserFunctionError, user_error
 from keyspan.runtime.worker import instances
 from keyspan.runtime.worker.async_wait import AsyncWait
 from keyspan.runtime.worker.contexts import (
@@ -278,6 +278,8 @@ class OperatorChain:
                 result = batch(backend, ctx, kgs, keys, records, stamps) if records else None
             except UserFunctionError:
                 raise
+            except RecordFailed as failed:
+                raise user_error(op, subtask, failed.__cause__, record=failed.record) from failed.__cause__
             except Exception as exc:
                 raise user_error(op, subtask, exc, method=f"process_batch of {len(records)} records") from exc
             if result is None:

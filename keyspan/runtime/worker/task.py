@@ -105,8 +105,8 @@ def _addressed_subtask(batch, plan: StagePlan) -> int:
 
 
 def _joined(batches, rows: int):
-    """Consecutive Arrow batches joined up to ``rows`` rows: a columnar operator pays its per-key work
-    once per chunk, and Spark's batches (10,000 rows) hold too few records per key."""
+    """Consecutive Arrow batches joined up to ``rows`` rows: an operator that takes whole chunks pays
+    its per-key work once per chunk, and Spark's batches (10,000 rows) hold too few records per key."""
     pending, count = [], 0
     for batch in batches:
         pending.append(batch)
@@ -255,11 +255,12 @@ class StageTask(OperatorChain):
         entry = self.entry
         single = entry[0] if len(entry) == 1 else None
         batch_entry = getattr(single, "batch", None)  # a columnar keyed operator takes whole chunks
-        # ... and, keyed by columns of a Spark source, Arrow chunks as they are, joined up to COLUMN_CHUNK rows
+        # ... and, keyed by columns of a Spark source, Arrow chunks joined up to COLUMN_CHUNK rows (as they are
+        # for the columnar entry, as records for the chunk entry)
         columns_entry = getattr(single, "columns", None) if plan.key_fields else None
         if plan.timestamp_field and not getattr(columns_entry, "take_timestamps", False):
             columns_entry = None  # e.g. a rolling aggregate: its output batches would drop the timestamps
-        if fmt == InputFormat.TYPED_KEYED and columns_entry is not None:
+        if fmt == InputFormat.TYPED_KEYED and (columns_entry is not None or batch_entry is not None):
             batches = _joined(batches, COLUMN_CHUNK)
         row_cls = named_row_class(tuple(plan.typed_fields)) if plan.typed_fields else None
         key_at = [plan.typed_fields.index(c) for c in plan.key_fields] if plan.key_fields else None

@@ -199,12 +199,12 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
         current = self._load()
         self._store(list(items) if current is None else [*current, *items])
 
-    def _merge_each(self, rows, merge, copy: bool = True) -> list[bool]:
+    def _merge_each(self, rows, merge, copy: bool = True, merge_absent: bool = False) -> list[bool]:
         # NamespaceMixin._merge_each with the key group's dict, StateTable.touch's undo step and
         # _load_for_update inlined: the columnar window path merges a chunk's panes here. A backend
         # with record hooks (TTL cleanup) sees each key set, as there
         if self._backend._record_hooks:
-            return NamespaceMixin._merge_each(self, rows, merge, copy)
+            return NamespaceMixin._merge_each(self, rows, merge, copy, merge_absent)
         table = self._table
         groups, start, undos = table.groups, table.start, table.undo
         found = []
@@ -221,7 +221,7 @@ class HeapNamespacedCell(NamespaceMixin, HeapCell):
                 slots = group[key] = {}
             stored = slots.get(namespace)
             if stored is None:
-                slots[namespace] = value
+                slots[namespace] = merge(None, value) if merge_absent else value
                 found.append(False)
             else:
                 slots[namespace] = merge(private(stored) if copy else stored, value)
