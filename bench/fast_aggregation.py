@@ -28,7 +28,7 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    a run). Spark's emitted row count is checked against its watermark rule in every run. ``--any-worker``
    also runs the fast path with ``set_python_worker_per_subtask(False)`` (Spark hands each task to any
    idle Python worker, which first applies what the other worker changed). ``--your-function`` also
-   runs the windows with ``YourSumAndCount``, the same sum and count as a plain-Python
+   runs the windows with ``SumCount``, the same sum and count as a plain-Python
    ``AggregateFunction``: folded a chunk at a time (the folding path) and record by record. Each run's CPU
    seconds are printed too, split between the Spark JVM, its Python workers and this process
    (``bench.baselines.cpu_seconds``, Linux): they show which side of the job the time goes to. So do
@@ -44,7 +44,8 @@ streaming aggregations, on the same Parquet events in one process and one SparkS
    (``time.process_time``), so a busy machine disturbs it less than the end-to-end runs. The
    same for the tumbling-window sum-and-count operator (``process_element`` vs ``process_batch`` vs
    ``process_columns``), then every window fired through the worker's timer service as a task fires them (windows/CPU-s),
-   then ``YourSumAndCount`` record by record against the folding path in chunks of 16 k and 64 k.
+   then ``SumCount``, and a window keeping every record (``process``/``apply``), record by record
+   against the folding path in chunks of 16 k and 64 k.
    Python's garbage collector runs as in a task (``keyspan.common.garbage.streaming_records``): with
    Python's defaults a young collection every 700 allocations would be measured too.
 
@@ -68,14 +69,13 @@ from bench.baselines import (  # noqa: E402
     spark_stages, warm_up_shape,
 )
 from bench.windowed import (  # noqa: E402
-    BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, differences, generate, run_spark, ts_of,
+    BASE_MS as BASE, HDFS, MINUTE, KeyAndWindow, Results, SumCount, differences, generate, run_spark, ts_of,
 )
 from keyspan.checkpoint.reader import latest_keyed_state  # noqa: E402
 from keyspan.common import Duration, Time, WatermarkStrategy  # noqa: E402
 from keyspan.datastream import StreamExecutionEnvironment, TumblingEventTimeWindows  # noqa: E402
 from keyspan.datastream.window import EventTimeTrigger  # noqa: E402
 from keyspan.datastream.aggregates import Avg  # noqa: E402
-from keyspan.datastream.functions import AggregateFunction  # noqa: E402
 from keyspan.datastream.connectors.file_system import DiscardingSink, FileSource, StreamFormat  # noqa: E402
 from keyspan.runtime import options  # noqa: E402
 
@@ -87,22 +87,6 @@ class SumAndCount(Avg):
 
     def get_result(self, accumulator):
         return accumulator
-
-
-class YourSumAndCount(AggregateFunction):
-    """The same sum and count as you would write it: plain Python, one ``add`` call per record."""
-
-    def create_accumulator(self):
-        return 0, 0
-
-    def add(self, value, accumulator):
-        return accumulator[0] + value.value, accumulator[1] + 1
-
-    def get_result(self, accumulator):
-        return accumulator
-
-    def merge(self, acc_a, acc_b):
-        return acc_a[0] + acc_b[0], acc_a[1] + acc_b[1]
 
 
 def vectorized(result) -> int:
@@ -192,7 +176,7 @@ def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize
                         worker_per_subtask: bool = True, collect: bool = True, yours: bool = False) -> dict:
     """``collect``: every window result delivered to a sink in this process (for checking them);
     otherwise dropped in the task, as Spark's peer drops its rows in the noop sink. ``yours``: the
-    aggregate is ``YourSumAndCount`` (plain Python) instead of keyspan's columnar ``SumAndCount``."""
+    aggregate is ``SumCount`` (plain Python) instead of keyspan's columnar ``SumAndCount``."""
     options.install(options.RunOptions(workdir=workdir, fresh=True, rest_api=False))
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
@@ -209,7 +193,7 @@ def run_keyspan_windows(spark, directory: str, workdir: str, job: str, vectorize
         timed = env.from_spark(events, bounded=True).assign_timestamps_and_watermarks(strategy)
     results = (timed.key_by(lambda r: r.key)
                .window(TumblingEventTimeWindows.of(Time.minutes(1)))
-               .aggregate(YourSumAndCount() if yours else SumAndCount("value"), KeyAndWindow()).uid("windows"))
+               .aggregate(SumCount() if yours else SumAndCount("value"), KeyAndWindow()).uid("windows"))
     sink = Results()
     if collect:
         results.add_sink(sink)
@@ -407,7 +391,7 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
     from keyspan.runtime.operators.window import WindowOperator
     from keyspan.runtime.worker.task import FIRING_BATCH
     from keyspan.runtime.worker.timers import TimerService
-    from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor
+    from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor, ListStateDescriptor
     from keyspan.state.heap import HeapKeyedStateBackend
 
     class Context:
@@ -487,13 +471,19 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
           f"arrow / per-record = {arrow / per:.2f}x (Arrow columns in, chunks of {COLUMN_CHUNK:,})")
     print(f"firing      {statistics.median(firing.values()):>12,.0f} windows/CPU-s (every window fired as a task fires "
           f"them, median of the three runs)", flush=True)
-    yours = AggregatingStateDescriptor("window-contents", YourSumAndCount())
-    descriptor = WindowOperationDescriptor(TumblingEventTimeWindows.of(Time.minutes(1)), EventTimeTrigger(), 0, None,
-                                           yours, None, True)
+    yours = WindowOperationDescriptor(TumblingEventTimeWindows.of(Time.minutes(1)), EventTimeTrigger(), 0, None,
+                                      AggregatingStateDescriptor("window-contents", SumCount()), None, True)
+    kept = WindowOperationDescriptor(TumblingEventTimeWindows.of(Time.minutes(1)), EventTimeTrigger(), 0, None,
+                                     ListStateDescriptor("window-contents"), None, False)
     big = COLUMN_CHUNK  # the chunks of a Spark source keyed in the JVM; an exchange's are of 16,384
-    for name, cls, size in (("your function, per record", WindowOperator, chunk),
-                            ("your function, folded", FoldingWindowOperator, chunk),
-                            ("your function, folded", FoldingWindowOperator, big)):
+    kept_fired = {}
+    for name, descriptor, cls, size in (
+            ("your function, per record", yours, WindowOperator, chunk),
+            ("your function, folded", yours, FoldingWindowOperator, chunk),
+            ("your function, folded", yours, FoldingWindowOperator, big),
+            ("every record kept, per record", kept, WindowOperator, chunk),
+            ("every record kept, folded", kept, FoldingWindowOperator, chunk),
+            ("every record kept, folded", kept, FoldingWindowOperator, big)):
         backend = HeapKeyedStateBackend("windows", range(0, 128))
         timers = TimerService(backend)
         ctx = Context(backend, timers)
@@ -513,11 +503,15 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
         results = []
         while op.fire_window_ends(timers, stamps[-1] + MINUTE, ctx, results.append, FIRING_BATCH):
             pass
-        assert sorted(results) == fired["per-record"], name
+        if descriptor is yours:
+            assert sorted(results) == fired["per-record"], name
+        else:  # the windows' records as lists, in the order they were added
+            assert kept_fired.setdefault("fired", results) == results, name
         if cls is WindowOperator:
             per_record_rate = rate
-        print(f"{name:<26}{rate:>12,.0f} events/CPU-s   / per record = {rate / per_record_rate:.2f}x "
-              f"(YourSumAndCount: plain Python add; chunks of {size:,})", flush=True)
+        what = "SumCount: plain Python add" if descriptor is yours else "a list of the window's records"
+        print(f"{name:<30}{rate:>12,.0f} events/CPU-s   / per record = {rate / per_record_rate:.2f}x "
+              f"({what}; chunks of {size:,})", flush=True)
 
 
 def main():
@@ -531,7 +525,7 @@ def main():
     ap.add_argument("--skip-sum", action="store_true")
     ap.add_argument("--skip-windows", action="store_true")
     ap.add_argument("--your-function", action="store_true",
-                    help="also run the windows with your own plain-Python AggregateFunction (YourSumAndCount), folded "
+                    help="also run the windows with your own plain-Python AggregateFunction (SumCount), folded "
                          "a chunk at a time and record by record")
     ap.add_argument("--any-worker", action="store_true",
                     help="also run the windows' fast path with set_python_worker_per_subtask(False): Spark hands each "

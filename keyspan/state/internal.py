@@ -351,11 +351,12 @@ class NamespaceMixin(DictEntryReads):
             found.append(stored is not None)
         return found
 
-    def fold_each(self, rows, fold) -> list[bool]:
+    def fold_each(self, rows, fold, copy: bool = True) -> list[bool]:
         """For each (key, key group, namespace, values) of ``rows``: store ``fold(stored, values)``,
-        ``stored`` a private copy or None; whether something was stored. A chunk's records of many
-        windows added with one state access per window (the folding window path)."""
-        return self._merge_each(rows, fold, copy=True, merge_absent=True)
+        ``stored`` a private copy (``copy`` False: ``fold`` never changes it) or None; whether
+        something was stored. A chunk's records of many windows added with one state access per
+        window (the folding window path)."""
+        return self._merge_each(rows, fold, copy=copy, merge_absent=True)
 
     def merge_namespaces(self, target, sources) -> None:
         """Combine the values of the ``sources`` namespaces (removing them), then the target's value

@@ -17,9 +17,10 @@ one ran never shows in checkpoints, savepoints or results.
   event-time tumbling/sliding windows and the default trigger: each chunk is pre-aggregated per
   (key, window) and merged into the window's accumulator; firing, lateness and cleanup stay the
   window operator's own.
-* ``FoldingWindowOperator`` — the same windows with your own ``ReduceFunction``/``AggregateFunction``:
-  not columnar (your function runs once per record), but each (key, window)'s records of a chunk are
-  added to its pane in one state access, in their order of arrival.
+* ``FoldingWindowOperator`` — the same windows with your own ``ReduceFunction``/``AggregateFunction``,
+  or a ``process``/``apply`` window function that keeps every record: not columnar (your function
+  runs once per record), but each (key, window)'s records of a chunk are added to its pane in one
+  state access, in their order of arrival.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from keyspan.datastream.window import (
 )
 from keyspan.runtime.operators.window import WindowOperator
 from keyspan.runtime.protocol import RecordFailed
-from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor, ReducingStateDescriptor
+from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor, ListStateDescriptor, ReducingStateDescriptor
 from keyspan.state.heap.table import private
 
 __all__ = ["FoldingWindowOperator", "RollingAggregateOperator", "VectorizedWindowOperator", "vectorized"]
@@ -54,7 +55,7 @@ def vectorized(fn):
         if isinstance(contents, AggregatingStateDescriptor) and isinstance(contents.agg_function,
                                                                            BatchAggregateFunction):
             return VectorizedWindowOperator(fn)
-        if isinstance(contents, (AggregatingStateDescriptor, ReducingStateDescriptor)):
+        if isinstance(contents, (AggregatingStateDescriptor, ReducingStateDescriptor, ListStateDescriptor)):
             return FoldingWindowOperator(fn)
         return None
     wrapped = fn.wrapped_user_function() if hasattr(fn, "wrapped_user_function") else None
@@ -482,16 +483,19 @@ class VectorizedWindowOperator(ChunkedWindowOperator):
 
 class FoldingWindowOperator(ChunkedWindowOperator):
     """The window operator for your own ``ReduceFunction`` or ``AggregateFunction`` (``reduce``,
-    ``aggregate``) on event-time tumbling/sliding windows with the default trigger, a chunk of records
-    at a time: each (key, window)'s records of the chunk are added to the window's pane in their order
-    of arrival, your function called once per record as on the per-record path, with one state access
-    per window instead of the window machinery per record. A failing call names its record
-    (``RecordFailed``)."""
+    ``aggregate``), or a window function that keeps every record (``process``, ``apply``), on
+    event-time tumbling/sliding windows with the default trigger, a chunk of records at a time: each
+    (key, window)'s records of the chunk are added to the window's pane in their order of arrival,
+    your function called once per record as on the per-record path, with one state access per window
+    instead of the window machinery per record. A failing call names its record (``RecordFailed``)."""
 
     def __init__(self, descriptor):
         super().__init__(descriptor)
         contents = descriptor.window_state_descriptor
-        if isinstance(contents, AggregatingStateDescriptor):
+        self._keeps_records = isinstance(contents, ListStateDescriptor)
+        if self._keeps_records:
+            self._fold = _appended
+        elif isinstance(contents, AggregatingStateDescriptor):
             agg = contents.agg_function
             self._fold = _aggregate_fold(agg.create_accumulator, agg.add)
         else:
@@ -499,9 +503,11 @@ class FoldingWindowOperator(ChunkedWindowOperator):
             self._fold = _reduce_fold(getattr(function, "reduce", function))
 
     def _add_groups(self, rows) -> list[bool]:
-        return self._contents.fold_each(rows, self._fold)
+        return self._contents.fold_each(rows, self._fold, copy=not self._keeps_records)
 
     def process_batch(self, backend, ctx, kgs, keys, records, stamps):
+        if self._keeps_records and any(r is None for r in records):
+            return None  # the per-record path refuses a None element of list state, naming it
         def gather(rows, groups, n_groups):  # each group's records, in arrival order
             order, bounds = segments(groups, n_groups)
             chosen = list(map(records.__getitem__, rows[order].tolist()))
@@ -510,6 +516,11 @@ class FoldingWindowOperator(ChunkedWindowOperator):
 
         late = self._stamped_chunk(backend, ctx, kgs, keys, stamps, gather)
         return None if late is None else ((), None, late)
+
+
+def _appended(stored, records):
+    """A pane that keeps every record (``ListState.add_all``), without changing the stored list."""
+    return list(records) if stored is None else [*stored, *records]
 
 
 def _aggregate_fold(create_accumulator, add):
