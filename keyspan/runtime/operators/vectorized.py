@@ -189,6 +189,7 @@ class RollingAggregateOperator:
 
     # its output batches carry no timestamps, so a chunk with timestamps takes the list path
     columns_take_timestamps = False
+    records_metric = "numRecordsVectorized"  # the metric counting the records a chunk path took
 
     def __init__(self, keyed_reduce):
         self._per_record = keyed_reduce
@@ -349,6 +350,8 @@ class ChunkedWindowOperator(WindowOperator):
     with the default trigger (``_merge_chunk``): a subclass says how a (key, window) group's records
     reach the window's pane (``_add_groups``) and whether their order within a window matters."""
 
+    records_metric = "numRecordsVectorized"
+
     def _add_groups(self, rows) -> list[bool]:
         """Adds each (key, key group, window, what ``accumulate`` made of the group's records) of
         ``rows`` to its pane, in order; whether each pane held something before."""
@@ -488,6 +491,8 @@ class FoldingWindowOperator(ChunkedWindowOperator):
     (key, window)'s records of the chunk are added to the window's pane in their order of arrival,
     your function called once per record as on the per-record path, with one state access per window
     instead of the window machinery per record. A failing call names its record (``RecordFailed``)."""
+
+    records_metric = "numRecordsFolded"  # not columnar: numRecordsVectorized stays the columnar path's
 
     def __init__(self, descriptor):
         super().__init__(descriptor)

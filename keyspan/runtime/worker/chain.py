@@ -263,15 +263,15 @@ class OperatorChain:
         raise ValueError(f"unknown operator kind {kind}")
 
     def _batch_processor(self, op, inst, ctx, emit, process):
-        """A columnar operator's entry (``keyspan.runtime.operators.vectorized``): a whole chunk goes to
-        ``process_batch``; a chunk it declines, and the records it leaves over, run record by record
-        through ``process``. Records that took the columnar path count in the operator's
-        ``numRecordsVectorized`` metric."""
+        """A chunk-at-a-time operator's entry (``keyspan.runtime.operators.vectorized``): a whole chunk
+        goes to ``process_batch``; a chunk it declines, and the records it leaves over, run record by
+        record through ``process``. Records that took the chunk path count in the operator's metric
+        ``records_metric``: ``numRecordsVectorized`` (columnar) or ``numRecordsFolded``."""
         batch = inst.function.process_batch
         backend = inst.backend
         cell = self.ts_cell
         subtask = self.subtask
-        vectorized = metricbase.operator_group(op.uid, subtask).counter("numRecordsVectorized")
+        vectorized = metricbase.operator_group(op.uid, subtask).counter(inst.function.records_metric)
 
         def run(kgs, keys, records, stamps):
             try:
