@@ -422,6 +422,14 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
 
         get_map_state = get_state
 
+    def opened(cls, descriptor):
+        """A window operator of class ``cls`` opened on a fresh heap backend: (backend, timers, ctx, operator)."""
+        backend = HeapKeyedStateBackend("windows", range(0, 128))
+        timers = TimerService(backend)
+        op = cls(descriptor)
+        op.open(RuntimeContext(backend))
+        return backend, timers, Context(backend, timers), op
+
     stamps = [BASE + i * 600_000 // len(records) for i in range(len(records))]  # 10 minutes of event time
     descriptor = WindowOperationDescriptor(TumblingEventTimeWindows.of(Time.minutes(1)), EventTimeTrigger(), 0, None,
                                            AggregatingStateDescriptor("window-contents", SumAndCount("value")),
@@ -434,11 +442,7 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
     kg_column, ts_column = np.array(kgs, dtype=np.int32), np.array(stamps, dtype=np.int64)
     for name, cls in (("per-record", WindowOperator), ("columnar", VectorizedWindowOperator),
                       ("arrow", VectorizedWindowOperator)):
-        backend = HeapKeyedStateBackend("windows", range(0, 128))
-        timers = TimerService(backend)
-        ctx = Context(backend, timers)
-        op = cls(descriptor)
-        op.open(RuntimeContext(backend))
+        backend, timers, ctx, op = opened(cls, descriptor)
         start = time.process_time()
         for lo in range(0, len(records), COLUMN_CHUNK if name == "arrow" else chunk):
             if name == "arrow":
@@ -486,11 +490,7 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
             ("every record kept, per record", kept, WindowOperator, chunk),
             ("every record kept, folded", kept, FoldingWindowOperator, chunk),
             ("every record kept, folded", kept, FoldingWindowOperator, big)):
-        backend = HeapKeyedStateBackend("windows", range(0, 128))
-        timers = TimerService(backend)
-        ctx = Context(backend, timers)
-        op = cls(descriptor)
-        op.open(RuntimeContext(backend))
+        backend, timers, ctx, op = opened(cls, descriptor)
         start = time.process_time()
         for lo in range(0, len(records), size):
             ks, gs, rs, ts = keys[lo:lo + size], kgs[lo:lo + size], records[lo:lo + size], stamps[lo:lo + size]
