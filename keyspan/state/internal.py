@@ -47,6 +47,16 @@ import copy
 
 from keyspan.state.api import AggregatingState, ListState, MapState, ReducingState, ValueState
 
+IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+
+def private(value):
+    """A copy the caller may change in place (immutable values, and plain tuples of them, are shared)."""
+    if type(value) in IMMUTABLE or (type(value) is tuple and IMMUTABLE.issuperset(map(type, value))):
+        return value
+    return copy.deepcopy(value)
+
+
 __all__ = ["InternalValueState", "InternalListState", "InternalMapState", "InternalReducingState",
            "InternalAggregatingState", "STATES", "compose", "namespaced", "NamespaceMixin", "DictEntryReads"]
 

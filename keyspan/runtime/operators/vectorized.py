@@ -39,7 +39,7 @@ from keyspan.datastream.window import (
 from keyspan.runtime.operators.window import WindowOperator
 from keyspan.runtime.protocol import RecordFailed
 from keyspan.state.api import EVENT_TIME, AggregatingStateDescriptor, ListStateDescriptor, ReducingStateDescriptor
-from keyspan.state.heap.table import private
+from keyspan.state.internal import private
 
 __all__ = ["FoldingWindowOperator", "RollingAggregateOperator", "VectorizedWindowOperator", "vectorized"]
 

@@ -9,19 +9,18 @@ import random
 from keyspan.common.types import packed_rows
 from keyspan.io import serde
 from keyspan.runtime.protocol import BROADCAST_CHUNK, RECORD_PREVIEW, UserFunctionError
+from keyspan.state.internal import IMMUTABLE
 from keyspan.state.keygroups import assign_to_key_group
-
-_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
 
 
 def frozen(value):
     """What a value is at the moment it is emitted or stored: mutable values are copied, as PyFlink
     serializes on emit, so a function that mutates an object afterwards changes nothing."""
-    if type(value) in _IMMUTABLE:
+    if type(value) in IMMUTABLE:
         return value
     if isinstance(value, tuple):  # a Row or tuple of plain values, the common case: a loop beats set algebra here
         for item in value:
-            if type(item) not in _IMMUTABLE:
+            if type(item) not in IMMUTABLE:
                 break
         else:
             return value

@@ -9,8 +9,17 @@ from __future__ import annotations
 import copy
 from operator import itemgetter
 
-from keyspan.state.heap.table import IMMUTABLE, MISSING, copy_value, private
-from keyspan.state.internal import STATES, DictEntryReads, InternalMapState, InternalValueState, NamespaceMixin, compose
+from keyspan.state.heap.table import MISSING
+from keyspan.state.internal import (
+    IMMUTABLE,
+    STATES,
+    DictEntryReads,
+    InternalMapState,
+    InternalValueState,
+    NamespaceMixin,
+    compose,
+    private,
+)
 from keyspan.state.ttl import TTL_STATES, TtlValue
 
 
@@ -257,7 +266,7 @@ class HeapValueState(HeapCell, InternalValueState):
             undo = table.undo[kg] = {}
         if key not in undo:
             old = group.get(key, MISSING)
-            undo[key] = old if old is MISSING or type(old) in IMMUTABLE else copy_value(old)
+            undo[key] = old if old is MISSING or type(old) in IMMUTABLE else private(old)
         group[key] = value
 
 

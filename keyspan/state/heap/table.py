@@ -3,25 +3,10 @@ epoch), and Flink's incremental TTL cleanup over a table."""
 
 from __future__ import annotations
 
-import copy
-
+from keyspan.state.internal import IMMUTABLE, private
 from keyspan.state.ttl import TtlPolicy
 
 MISSING = object()
-IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None), complex))
-
-
-def copy_value(value):
-    if isinstance(value, tuple) and IMMUTABLE.issuperset(map(type, value)):
-        return value
-    return copy.deepcopy(value)
-
-
-def private(value):
-    """A copy the caller may change in place (immutable values are shared)."""
-    if type(value) in IMMUTABLE or (type(value) is tuple and IMMUTABLE.issuperset(map(type, value))):
-        return value
-    return copy.deepcopy(value)
 
 
 class StateTable:
@@ -57,7 +42,7 @@ class StateTable:
             if old is not MISSING and type(old) not in IMMUTABLE:
                 # the user may have mutated the object they got from value() before update():
                 # keep a private copy so a rollback restores what the last committed epoch held
-                old = (copy or copy_value)(old)
+                old = (copy or private)(old)
             undo[key] = old
         return group
 
