@@ -206,3 +206,48 @@ def test_a_python_worker_out_of_memory_names_the_limit_and_what_to_change(tmp_pa
     assert again.returncode == 0, again.stderr[-3000:]
     printed = [line for line in again.stdout.splitlines() if line.startswith("(")]
     assert sorted(printed) == sorted(f"({v}, {10 + len(str(v))})" for v in range(12))
+
+
+def test_the_source_process_spark_hangs_up_on_exits_without_a_traceback(tmp_path):
+    """A query stopped while the process running its source's reader waits for a call closes that
+    process's socket, and PySpark's runner used to die of it with a traceback in the driver's terminal.
+    Spark's JVM cannot be made to hang up at that moment on demand, so the test plays the JVM's end of
+    the socket (PySpark 4.3's protocol) up to the reader's creation, then resets the connection."""
+    import pickle
+    import secrets
+    import socket
+    import struct
+
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from keyspan.connectors.sources import SPARK_SOURCE_RUNNER, CollectionSource, KeyspanDataSource, encode_reader
+    from keyspan.io.storage import Storage
+
+    def framed(data: bytes) -> bytes:
+        return struct.pack("!i", len(data)) + data
+
+    def read_int(conn) -> int:
+        return struct.unpack("!i", conn.recv(4, socket.MSG_WAITALL))[0]
+
+    reader = CollectionSource([1, 2, 3]).reader(Storage(f"file://{tmp_path}"), "numbers", "numbers")
+    source = KeyspanDataSource({"reader": encode_reader(reader)})
+    schema = StructType([StructField("payload", BinaryType())])
+    secret = secrets.token_hex(16)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        env = {**os.environ, "PYTHON_WORKER_FACTORY_PORT": str(server.getsockname()[1]),
+               "PYTHON_WORKER_FACTORY_SECRET": secret}
+        runner = subprocess.Popen([sys.executable, "-m", SPARK_SOURCE_RUNNER], env=env, stderr=subprocess.PIPE,
+                                  text=True)
+        server.settimeout(60)
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(4 + len(secret), socket.MSG_WAITALL) == framed(secret.encode())
+            conn.sendall(framed(b"ok"))
+            read_int(conn)  # the runner's pid
+            conn.sendall(framed(f"{sys.version_info[0]}.{sys.version_info[1]}".encode()) + framed(str(tmp_path).encode())
+                         + struct.pack("!i", 0) + framed(pickle.dumps(source))
+                         + framed(schema.json().encode()) + struct.pack("!i", 1024))
+            assert read_int(conn) == 0, "the runner could not create the reader"
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        _, err = runner.communicate(timeout=60)
+    assert "Traceback" not in err, err

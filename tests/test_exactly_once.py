@@ -202,3 +202,37 @@ def test_task_failure_mid_epoch_is_retried_without_double_counting(env, workdir,
         expected[k] = (t + v, c + 1)
     assert finals == expected
     assert len(out) == len(data)
+
+
+def test_results_another_process_took_from_spark_run_the_epoch_again(env, workdir, monkeypatch, capfd):
+    """Spark serves an epoch's results to the first connection on a one-time local port; a process of
+    an earlier driver on the same host, still calling the port it knew, can get there first (CI saw it:
+    the job failed). Here a stray connection with the wrong secret takes two epochs' ports first: those
+    epochs run again, and every running sum comes out once, as in a clean run."""
+    import socket
+    import struct
+
+    from keyspan.runtime import spark_plan
+
+    served_rows, strays = spark_plan._served_rows, []
+
+    def stray_first(served):
+        if len(strays) < 2:
+            with socket.create_connection(("127.0.0.1", served[0]), timeout=30) as stray:
+                stray.sendall(struct.pack("!i", 5) + b"wrong")
+                stray.recv(16)  # Spark answers "err" and closes the port
+            strays.append(served[0])
+        return served_rows(served)
+
+    monkeypatch.setattr(spark_plan, "_served_rows", stray_first)
+    env.set_max_records_per_epoch(30)
+    data = [(f"k{i % 3}", i) for i in range(90)]
+    out = env.from_collection(data).key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + b[1])) \
+        .execute_and_collect(limit=10_000)
+    expected, totals = [], {}
+    for key, value in data:
+        totals[key] = totals.get(key, 0) + value
+        expected.append((key, totals[key]))
+    assert len(strays) == 2
+    assert Counter(out) == Counter(expected)
+    assert capfd.readouterr().err.count("runs again: Spark's results of the epoch could not be read") == 2

@@ -28,7 +28,8 @@ EPOCH_ATTEMPTS = 3  # runs of one epoch whose reports did not form one cut, befo
 
 
 class InconsistentEpoch(RuntimeError):
-    """Two attempts of the same subtask both reached the driver: the epoch must run again."""
+    """The epoch's reports are not one cut (two attempts of a subtask both reached the driver, or
+    Spark's results never did): the epoch must run again."""
 
 
 class CheckpointFailed(RuntimeError):
@@ -153,10 +154,11 @@ class CheckpointCoordinator:
                 reports = collect_reports(execute())
                 self.verify_cut(reports)
                 return reports
-            except InconsistentEpoch:
+            except InconsistentEpoch as exc:
                 inconsistent += 1
                 if inconsistent == EPOCH_ATTEMPTS:
                     raise
+                print(f"keyspan: epoch {epoch} runs again: {exc}", file=sys.stderr)
             except Exception as exc:  # noqa: BLE001 — only checkpoint storage failures are tolerated
                 cause = is_storage_failure(exc)
                 if cause is None:

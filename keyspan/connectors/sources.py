@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 from typing import Iterator, NamedTuple
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
@@ -276,6 +277,25 @@ def _decode_reader(options) -> SourceReader:
     return serde.loads_code(base64.b64decode(options["reader"]))
 
 
+SPARK_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _quiet_when_spark_hangs_up() -> None:
+    """In the process Spark runs a stream reader in: a query stopped while it waits for a call closes
+    that process's socket, and PySpark's runner then dies of the closed socket with a traceback on the
+    driver's terminal, though nothing failed. Make that one end quiet; any other error still prints."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) != SPARK_SOURCE_RUNNER:
+        return
+    shown = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not issubclass(kind, (EOFError, ConnectionError)):
+            shown(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 class KeyspanDataSource(DataSource):
     @classmethod
     def name(cls):
@@ -285,6 +305,7 @@ class KeyspanDataSource(DataSource):
         return PAYLOAD_SCHEMA
 
     def streamReader(self, schema):
+        _quiet_when_spark_hangs_up()
         return _StreamReader(_decode_reader(self.options), dict(self.options))
 
 

@@ -13,6 +13,7 @@ from functools import reduce
 
 import pyarrow as pa
 
+from keyspan.checkpoint.coordinator import InconsistentEpoch
 from keyspan.connectors.sources import TICK, source_dataframe
 from keyspan.io import serde
 from keyspan.runtime.planner import ExitKind, InputFormat, PhysicalPlan
@@ -400,7 +401,7 @@ def _collect_all(sc, frames, context: str) -> list:
         frame, partitions = frame_partitions
         sc.setLocalProperty(EPOCH_CONTEXT_PROPERTY, context)
         try:
-            return frame.collect() if partitions is None else _collect_partitions(sc, frame, partitions)
+            return _collect_partitions(sc, frame, partitions)
         finally:
             sc.setLocalProperty(EPOCH_CONTEXT_PROPERTY, None)
 
@@ -412,15 +413,36 @@ def _collect_all(sc, frames, context: str) -> list:
         return [row for rows in pool.map(collect, frames) for row in rows]
 
 
-def _collect_partitions(sc, frame, partitions: list[int]) -> list:
-    """The rows of only ``partitions`` of ``frame``, as one Spark job: PySpark's own ``DataFrame.rdd``
-    rows (pickled on the JVM) through ``SparkContext.runJob``'s path, without a Python step between."""
-    from pyspark.core.rdd import _load_from_socket
-    from pyspark.serializers import BatchedSerializer, CPickleSerializer
+def _collect_partitions(sc, frame, partitions: list[int] | None) -> list:
+    """The rows of ``partitions`` of ``frame`` (None: all of them), as one Spark job: PySpark's own
+    ``DataFrame.rdd`` rows (pickled on the JVM) through ``SparkContext.runJob``'s path, without a
+    Python step between."""
+    if partitions is None:
+        return _served_rows(frame._jdf.collectToPython())
+    return _served_rows(sc._jvm.PythonRDD.runJob(sc._jsc.sc(), frame._jdf.javaToPython(), partitions))
 
-    served = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), frame._jdf.javaToPython(), partitions)
-    with _load_from_socket(served, BatchedSerializer(CPickleSerializer())) as rows:
-        return list(rows)
+
+def _served_rows(served) -> list:
+    """The rows a finished Spark job serves the driver on a one-time local socket (PySpark's own
+    collect path; ``runJob`` with partitions computes only those). Only the first connection is served:
+    if something else reached the port first (a process of an earlier driver on this host still calling
+    the port it knew), Spark closes it, the rows are lost and the epoch runs again, as when two attempts
+    of a subtask report."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.serializers import BatchedSerializer, CPickleSerializer
+    from pyspark.util import _create_local_socket
+
+    try:
+        sockfile, sock = _create_local_socket(served)
+    except (PySparkRuntimeError, OSError) as exc:
+        raise InconsistentEpoch(f"Spark's results of the epoch could not be read ({exc})") from exc
+    try:
+        return list(BatchedSerializer(CPickleSerializer()).load_stream(sockfile))
+    except OSError as exc:
+        raise InconsistentEpoch(f"Spark's results of the epoch were cut off ({exc})") from exc
+    finally:
+        sockfile.close()
+        sock.close()
 
 
 def _partitions_in_pools(subtasks: int, pools: int) -> list[int]:
