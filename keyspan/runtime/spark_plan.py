@@ -415,8 +415,8 @@ def _collect_all(sc, frames, context: str) -> list:
 
 def _collect_partitions(sc, frame, partitions: list[int] | None) -> list:
     """The rows of ``partitions`` of ``frame`` (None: all of them), as one Spark job: PySpark's own
-    ``DataFrame.rdd`` rows (pickled on the JVM) through ``SparkContext.runJob``'s path, without a
-    Python step between."""
+    ``DataFrame.collect`` path, or for some partitions ``DataFrame.rdd`` rows (pickled on the JVM)
+    through ``SparkContext.runJob``'s path, without a Python step between."""
     if partitions is None:
         return _served_rows(frame._jdf.collectToPython())
     return _served_rows(sc._jvm.PythonRDD.runJob(sc._jsc.sc(), frame._jdf.javaToPython(), partitions))

@@ -354,10 +354,7 @@ class NamespaceMixin(DictEntryReads):
         for key, key_group, namespace, value in rows:
             backend.current_key, backend.current_key_group, self._ns = key, key_group, namespace
             stored = load()
-            if stored is not None:
-                self._store(merge(stored, value))
-            else:
-                self._store(merge(None, value) if merge_absent else value)
+            self._store(merge(stored, value) if stored is not None or merge_absent else value)
             found.append(stored is not None)
         return found
 
