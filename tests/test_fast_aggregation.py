@@ -783,3 +783,303 @@ def test_a_spark_keyed_stage_unioned_after_another_stage_keeps_its_subtasks(spar
     got = sink.results()
     assert sorted(r for r in got if r[0] == "sum") == sorted(expected)
     assert sorted(r[1] for r in got if r[0] == "tag") == ["t0", "t10", "t20"]
+
+
+# --- both paths side by side in one process, as a task drives them ----------------------------------
+
+class _OperatorTask:
+    """One keyed operator driven as a stage task drives it, without Spark: per epoch its chunks of
+    records (``process_batch`` on a chunk path, with the records it leaves over run one by one;
+    ``process_element`` per record otherwise) at the watermark the epoch began with, then its timers
+    fired up to the watermark after the epoch; then the epoch is confirmed or rolled back."""
+
+    KEY_GROUPS = 16
+
+    def __init__(self, operator, rocksdb_path: str | None = None):
+        from keyspan.runtime.worker.contexts import KeyedContext, OnTimerContext
+        from keyspan.runtime.worker.timers import TimerService
+        from keyspan.state.heap import HeapKeyedStateBackend
+
+        class RuntimeContext:
+            def __init__(self, backend):
+                self.backend = backend
+
+            def get_state(self, state_descriptor):
+                return self.backend.get_state(state_descriptor)
+
+            get_map_state = get_list_state = get_state
+
+        if rocksdb_path is None:
+            self.backend = HeapKeyedStateBackend("windows", range(self.KEY_GROUPS))
+        else:
+            from keyspan.state.rocksdb import RocksDBKeyedStateBackend
+
+            self.backend = RocksDBKeyedStateBackend("windows", range(self.KEY_GROUPS), rocksdb_path)
+        self.timers = TimerService(self.backend)
+        self.cell = [None]
+        self.ctx = KeyedContext(self.backend, self.cell, self.timers)
+        self.timer_ctx = OnTimerContext(self.backend, self.cell, self.timers)
+        self.op = operator
+        self.op.open(RuntimeContext(self.backend))
+        self.output = []  # (value, its timestamp)
+        self.chunked = 0  # records that took the chunk path
+
+    def _emit(self, value):
+        self.output.append((value, self.cell[0]))
+
+    def _record(self, record, key, kg, ts):
+        self.backend.current_key, self.backend.current_key_group, self.cell[0] = key, kg, ts
+        for out in self.op.process_element(record, self.ctx) or ():
+            self._emit(out)
+
+    def epoch(self, chunks, watermark: int, watermark_after: int, columns: bool = False, timed: bool = True) -> None:
+        """``columns``: chunks of Rows (key, ts, value) go to ``process_columns`` as Arrow columns, as
+        a stage keyed by the columns of a Spark source hands them over (where the operator's output
+        keeps the timestamps, for ``timed`` records); ``timed``: field ts is each record's timestamp."""
+        from keyspan.state.keygroups import assign_to_key_group
+
+        self.timers.watermark = self.backend.current_watermark = watermark
+        for chunk in chunks:
+            keys = [r[0] for r in chunk]
+            kgs = [assign_to_key_group(k, self.KEY_GROUPS) for k in keys]
+            stamps = [r[1] for r in chunk] if timed else None
+            if columns and hasattr(self.op, "process_columns") and (
+                    not timed or self.op.columns_take_timestamps):
+                self._columns(chunk, kgs, stamps)
+                continue
+            batch = getattr(self.op, "process_batch", None)
+            result = batch(self.backend, self.ctx, kgs, keys, chunk, stamps) if batch else None
+            if result is None:
+                for i, (record, key, kg) in enumerate(zip(chunk, keys, kgs)):
+                    self._record(record, key, kg, stamps and stamps[i])
+                continue
+            outputs, out_stamps, leftover = result
+            self.chunked += len(chunk) - len(leftover)
+            for i, out in enumerate(outputs):
+                self.cell[0] = None if out_stamps is None else out_stamps[i]
+                self._emit(out)
+            for i in leftover:
+                self._record(chunk[i], keys[i], kgs[i], stamps and stamps[i])
+        self._fire(watermark_after)
+
+    def _columns(self, chunk, kgs, stamps) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        from keyspan.common.types import named_row_class, rows_of_arrow
+
+        batch = pa.RecordBatch.from_pylist([r.as_dict() for r in chunk])
+        result = self.op.process_columns(self.backend, self.ctx, np.array(kgs, dtype=np.int32), [batch.column(0)],
+                                         batch, named_row_class(tuple(batch.column_names)),
+                                         None if stamps is None else np.array(stamps, dtype=np.int64))
+        if result is None:
+            for i, (record, kg) in enumerate(zip(chunk, kgs)):
+                self._record(record, record[0], kg, stamps and stamps[i])
+            return
+        outputs, leftover = result
+        self.chunked += len(chunk) - len(leftover)
+        self.cell[0] = None
+        for out in rows_of_arrow(outputs) if outputs is not None else ():
+            self._emit(out)
+        for i in leftover:
+            self._record(chunk[i], chunk[i][0], kgs[i], stamps and stamps[i])
+
+    def _fire(self, watermark: int) -> None:
+        from keyspan.datastream.functions import TimeDomain
+        from keyspan.runtime.worker.task import FIRING_BATCH
+        from keyspan.state.api import EVENT_TIME
+
+        timers, ctx = self.timers, self.timer_ctx
+        timers.watermark = self.backend.current_watermark = watermark
+        fire_window_ends = getattr(self.op, "event_time_firing", None)
+        timers.start_firing()
+        try:
+            while True:
+                if fire_window_ends is not None:
+                    ctx.domain = TimeDomain.EVENT_TIME
+                    if fire_window_ends(timers, watermark, ctx, self._emit, FIRING_BATCH):
+                        continue
+                    break
+                ts = timers.pop_due(EVENT_TIME, watermark)
+                if ts is None:
+                    break
+                ctx.domain, ctx.firing, self.cell[0] = TimeDomain.EVENT_TIME, ts, ts
+                for out in self.op.on_timer(ts, ctx) or ():
+                    self._emit(out)
+        finally:
+            timers.end_firing()
+
+    def state(self) -> dict:
+        """Every state's entries, as a checkpoint would hold them (namespaces and timers included). The
+        windows one timer holds are a set: a record the chunk path leaves to the per-record path (one
+        of its sliding windows is late) adds its windows to a timer after the chunk's other records,
+        and the order they fire in within that timer never changes a result (at most one of them is
+        a window's end; the others are cleanups)."""
+        import pickle
+
+        from keyspan.state.api import TIMER_STATE
+
+        sections = pickle.loads(pickle.dumps(self.backend.all_sections()))
+        for section in sections.values():
+            if TIMER_STATE in section:
+                puts, deletes = section[TIMER_STATE]
+                for timers in puts.values():
+                    for entry, windows in timers.items():
+                        timers[entry] = windows if windows is True else frozenset(windows)
+        return sections
+
+    def end_epoch(self, commit: bool) -> list:
+        """The epoch's output once it commits; none if it is rolled back (to run again)."""
+        out, self.output = self.output, []
+        if commit:
+            self.backend.confirm()
+            return out
+        self.backend.rollback()
+        self.timers.invalidate()
+        return []
+
+
+def _by_key(output, key_at: int) -> dict:
+    """Each key's outputs (its key at ``key_at``) in the order they came, and its late records ((tag,
+    record)), with their timestamps."""
+    grouped: dict = {}
+    for value, ts in output:
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], OutputTag):
+            grouped.setdefault(("late", value[1][0]), []).append((value[1], ts))
+        else:
+            grouped.setdefault(value[key_at], []).append((value, ts))
+    return grouped
+
+
+def _window_operation(kind: str, assigner: str, lateness: int):
+    """The WindowOperationDescriptor the API builds for window operation ``kind``."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    windows = TumblingEventTimeWindows.of(Time.milliseconds(WINDOW)) if assigner == "tumbling" else \
+        SlidingEventTimeWindows.of(Time.milliseconds(WINDOW), Time.milliseconds(40))
+    windowed = env.from_collection([("a", 0, 0)]).key_by(lambda r: r[0]).window(windows) \
+        .allowed_lateness(lateness).side_output_late_data(OutputTag("late"))
+    built = {"sum": lambda: windowed.aggregate(Sum(2), KeyedResult("sum")),
+             "avg": lambda: windowed.aggregate(Avg(2), KeyedResult("avg")),
+             "min": lambda: windowed.aggregate(Min(2), KeyedResult("min")),
+             "first": lambda: windowed.aggregate(First(2), KeyedResult("first")),
+             "last": lambda: windowed.aggregate(Last(2), KeyedResult("last")),
+             "count": lambda: windowed.aggregate(Count(), KeyedResult("count")),
+             "reduce": lambda: windowed.reduce(lambda a, b: (a[0], b[1], 2 * a[2] + b[2]), KeyedResult("reduce")),
+             "values": lambda: windowed.aggregate(FirstAndValues(), KeyedResult("values")),
+             "kept": lambda: windowed.process(EveryValue("kept")),
+             "applied": lambda: windowed.apply(EveryValueApplied("applied"))}[kind]()
+    return built._t.function
+
+
+_COLUMNAR = ("sum", "avg", "min", "first", "last", "count")  # the window operations with a columnar path
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rocksdb=st.booleans(), columns=st.booleans(),
+       kind=st.sampled_from([*_COLUMNAR, "reduce", "values", "kept", "applied"]),
+       assigner=st.sampled_from(["tumbling", "sliding"]), lateness=st.sampled_from([0, LATENESS]),
+       seed=st.integers(0, 10 ** 6), n=st.integers(1, 160), keys=st.sampled_from(["a", "abc", "abcdefgh"]),
+       epoch_cut=st.integers(1, 50), chunk_cut=st.integers(1, 50), failures=st.sets(st.integers(0, 20), max_size=4))
+def test_each_window_chunk_path_keeps_the_per_record_path_s_state_and_output_epoch_by_epoch(
+        rocksdb, columns, kind, assigner, lateness, seed, n, keys, epoch_cut, chunk_cut, failures):
+    """Out-of-order and late records, epochs cut anywhere, several chunks an epoch, epochs that fail and
+    run again: after every epoch both paths hold the same state (panes, timers and their windows) and
+    have emitted the same results, with the same timestamps, in each key's order; the chunk path on
+    the heap and on RocksDB, the per-record path on the heap."""
+    import copy
+
+    from keyspan.runtime.operators.vectorized import FoldingWindowOperator, VectorizedWindowOperator, vectorized
+    from keyspan.runtime.operators.window import WindowOperator
+
+    data = disordered(n, seed, keys=keys, late_every=11)
+    descriptor = _window_operation(kind, assigner, lateness)
+    chunked = vectorized(copy.deepcopy(descriptor))
+    assert isinstance(chunked, VectorizedWindowOperator if kind in _COLUMNAR else FoldingWindowOperator)
+    took, on_time = _both_paths_epoch_by_epoch(chunked, WindowOperator(copy.deepcopy(descriptor)), data, epoch_cut,
+                                               chunk_cut, failures, rocksdb, key_at=1, columns=columns)
+    assert took > 0 or not on_time, "records that were not late took the chunk path"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rocksdb=st.booleans(), columns=st.booleans(), kind=st.sampled_from(ROLLING), floats=st.booleans(),
+       seed=st.integers(0, 10 ** 6),
+       n=st.integers(1, 120), keys=st.sampled_from(["a", "abc", "abcdefgh"]), epoch_cut=st.integers(1, 50),
+       chunk_cut=st.integers(1, 50), failures=st.sets(st.integers(0, 20), max_size=4))
+def test_the_rolling_chunk_path_keeps_the_per_record_path_s_state_and_output_epoch_by_epoch(
+        rocksdb, columns, kind, floats, seed, n, keys, epoch_cut, chunk_cut, failures):
+    """``KeyedStream.sum/min/max/min_by/max_by`` a chunk at a time: after every epoch, failed ones
+    included, the same state and the same outputs in each key's order as record by record."""
+    import copy
+
+    from keyspan.datastream.aggregates import RollingAggregation
+    from keyspan.datastream.data_stream import _KeyedReduce
+    from keyspan.runtime.operators.vectorized import RollingAggregateOperator, vectorized
+
+    data = [(k, ts, v / 10 if floats else v) for k, ts, v in disordered(n, seed, keys=keys, late_every=0)]
+    per_record = _KeyedReduce(RollingAggregation(kind, 2))
+    chunked = vectorized(copy.deepcopy(per_record))
+    assert isinstance(chunked, RollingAggregateOperator)
+    # a rolling aggregate's output batch carries no timestamps: Arrow columns reach it untimed
+    took, _ = _both_paths_epoch_by_epoch(chunked, per_record, data, epoch_cut, chunk_cut, failures, rocksdb, key_at=0,
+                                         columns=columns, timed=not columns)
+    chunks = [chunk for epoch in _epochs(data, epoch_cut, chunk_cut) for chunk in epoch]
+    if any(4 * len({r[0] for r in chunk}) <= len(chunk) for chunk in chunks):  # else batching costs more
+        assert took > 0, "a chunk of at least 4 records a key took the chunk path"
+
+
+def _epochs(data, epoch_cut: int, chunk_cut: int) -> list[list[list]]:
+    """``data`` cut into epochs of ``epoch_cut`` records, each cut into chunks of ``chunk_cut``."""
+    epochs = [data[i:i + epoch_cut] for i in range(0, len(data), epoch_cut)]
+    return [[epoch[i:i + chunk_cut] for i in range(0, len(epoch), chunk_cut)] for epoch in epochs]
+
+
+def _both_paths_epoch_by_epoch(chunked, per_record, data, epoch_cut, chunk_cut, failures, rocksdb: bool,
+                               key_at: int, columns: bool, timed: bool = True) -> tuple[int, int]:
+    """Both operators fed the same epochs (the chunk path's on RocksDB if ``rocksdb``, else on the heap,
+    as Arrow columns if ``columns``; the per-record path's on the heap; ``timed``: the records carry
+    timestamps), compared after each (``_compared_epoch_by_epoch``)."""
+    if columns:
+        data = [Row(key=k, ts=ts, value=v) for k, ts, v in data]
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="keyspan-chunk-paths-") if rocksdb else None
+    fast = _OperatorTask(chunked, folder)
+    try:
+        return _compared_epoch_by_epoch(fast, _OperatorTask(per_record), data, epoch_cut, chunk_cut, failures,
+                                        key_at, columns, timed)
+    finally:
+        if folder is not None:
+            fast.backend.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _compared_epoch_by_epoch(fast, slow, data, epoch_cut, chunk_cut, failures, key_at: int, columns: bool,
+                             timed: bool) -> tuple[int, int]:
+    """``key_at``: where an output holds its key. Returns how many records took the chunk path, and how
+    many results the per-record path gave that were not late records."""
+    fast_out, slow_out = [], []
+    watermark, largest, attempt = -(2 ** 63), None, 0
+    for number, chunks in enumerate(_epochs(data, epoch_cut, chunk_cut)):
+        stamps = [r[1] for chunk in chunks for r in chunk]
+        largest = max(stamps if largest is None else [largest, *stamps])
+        after = max(watermark, largest - BOUND - 1)
+        while True:
+            fast.epoch(chunks, watermark, after, columns, timed)
+            slow.epoch(chunks, watermark, after, timed=timed)
+            assert fast.state() == slow.state(), f"epoch {number}: the paths' states differ"
+            assert _by_key(fast.output, key_at) == _by_key(slow.output, key_at), \
+                f"epoch {number}: the paths' outputs differ"
+            commit = attempt not in failures
+            attempt += 1
+            fast_out += fast.end_epoch(commit)
+            slow_out += slow.end_epoch(commit)
+            if commit:
+                break
+            assert fast.state() == slow.state(), f"epoch {number} rolled back: the paths' states differ"
+        watermark = after
+    for task in (fast, slow):  # the end of the input
+        task.epoch([], watermark, 2 ** 63 - 1)
+    assert fast.state() == slow.state()
+    assert _by_key(fast.output + fast_out, key_at) == _by_key(slow.output + slow_out, key_at)
+    return fast.chunked, sum(1 for value, _ in slow_out if not isinstance(value[0], OutputTag))

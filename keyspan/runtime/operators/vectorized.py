@@ -5,8 +5,9 @@ A keyed operator here has ``process_batch(backend, ctx, kgs, keys, records, stam
 hands it a whole chunk of records (up to 16k) instead of one record at a time. It returns the
 chunk's outputs (with their timestamps) and the indices of records it left to the per-record path
 (e.g. late ones), or ``None`` when the chunk does not qualify (an untyped field, NaN, …) — then the
-whole chunk runs through ``process_element`` record by record, exactly as without the fast path. Both paths keep the same values in the same states, so which
-one ran never shows in checkpoints, savepoints or results.
+whole chunk runs through ``process_element`` record by record, exactly as without the fast path. Both
+paths keep the same values in the same states, so which one ran never shows in checkpoints, savepoints
+or results (only the order in which one timer lists the windows sharing it may differ: docs/aggregations.md).
 
 * ``RollingAggregateOperator`` — ``KeyedStream.sum/min/max/min_by/max_by``: one output per record,
   the key's running value, computed as grouped cumulative sums/minima offset by the stored value;
