@@ -400,6 +400,7 @@ def window_operator_only(records, keys, kgs, chunk) -> None:
         def __init__(self, backend, timers):
             self.backend, self.timers, self.ts = backend, timers, None
             self._backend, self._cell, self.firing = backend, [None], None  # as the task's on_timer context has them
+            self._present_key = None
 
         def timer_service(self):
             return self.timers

@@ -192,14 +192,15 @@ class InternalMapState(MapState):
         return taken
 
     def _entries_merge(self, rows, merge) -> list:
-        """For each (key, key group, map key, value) of ``rows``, in order: store ``merge(stored, value)``
-        (``stored`` None without an entry) unless it returns ``stored`` itself; the stored values before."""
+        """For each (key, key group, map key, value) of ``rows``, in order: store ``value`` where there is
+        no entry, else ``merge(stored, value)`` unless it returns ``stored`` itself; the stored values
+        before (None for no entry)."""
         backend = self._backend
         before = []
         for key, key_group, map_key, value in rows:
             backend.current_key, backend.current_key_group = key, key_group
             stored = self._entry_load(map_key)
-            merged = merge(stored, value)
+            merged = value if stored is None else merge(stored, value)
             if merged is not stored:
                 self._entry_store(map_key, merged)
             before.append(stored)

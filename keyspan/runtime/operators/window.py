@@ -576,13 +576,14 @@ class WindowOperator(KeyedProcessFunction):
             panes = self._contents.get_and_clear_each([(key, kg, windows[0]) for _, kg, key, windows in due])
         backend = ctx._backend
         cell = ctx._cell
+        present_key = ctx._present_key  # ctx.get_current_key() inlined: once per window
         fired = self._fired
         for i, (ts, kg, key, windows) in enumerate(due):
             backend.current_key = key
             backend.current_key_group = kg
             ctx.firing = cell[0] = ts
             if panes is not None:
-                self._key = ctx.get_current_key()
+                self._key = key if present_key is None else present_key(key)
                 results = fired(windows[0], panes[i])
             else:  # restored from before timers held their windows, or several windows in one timer
                 timers.fired_namespaces = windows

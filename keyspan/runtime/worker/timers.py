@@ -206,9 +206,14 @@ class TimerService(timerservice.TimerService):
             [(key, kg, entries.get(timestamp) or entries.setdefault(timestamp, (domain, timestamp)),
               alone.get(id(namespace)) or alone.setdefault(id(namespace), (namespace,)))
              for key, kg, timestamp, namespace in rows], _with_namespace)
-        for (key, kg, timestamp, _), held in zip(rows, before):
-            if held is None:
-                self._enqueue(domain, timestamp, kg, key)
+        if self._queues is not None:  # _enqueue for each new timer
+            new = [(timestamp, kg, key) for (key, kg, timestamp, _), held in zip(rows, before) if held is None]
+            if self._next_round is not None:
+                self._next_round[domain].extend(new)
+            else:
+                push = self._queues[domain].push
+                for timestamp, kg, key in new:
+                    push(timestamp, kg, key)
         return before
 
     def next_processing_time(self) -> int | None:
@@ -343,10 +348,8 @@ class DueQueue:
 
 
 def _with_namespace(held, alone: tuple):
-    """A timer's namespaces once the one namespace of ``alone`` registered it: ``held`` itself when
-    nothing changes, ``alone`` itself for a new timer."""
-    if held is None:
-        return alone
+    """A timer's namespaces (``held``) once the one namespace of ``alone`` registered it too: ``held``
+    itself when nothing changes."""
     if held is True or alone[0] in held:
         return held
     return (*held, *alone)

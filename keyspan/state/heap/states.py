@@ -136,14 +136,19 @@ class HeapCell(DictEntryReads):
         if self._ttl is not None or self._backend._record_hooks:
             return InternalMapState._entries_take(self, rows)
         table = self._table
-        groups, start, touch = table.groups, table.start, table.touch
+        groups, start, undos = table.groups, table.start, table.undo
         taken = []
         for key, key_group, entry in rows:
-            m = groups[key_group - start].get(key)
+            group = groups[key_group - start]
+            m = group.get(key)
             if m is None or entry not in m:
                 taken.append(None)
                 continue
-            group = touch(key_group, key, dict)  # the undo log copies the map; ``m`` stays the live one
+            undo = undos.get(key_group)  # StateTable.touch inlined: the undo log copies the map, ``m`` stays live
+            if undo is None:
+                undo = undos[key_group] = {}
+            if key not in undo:
+                undo[key] = dict(m)
             taken.append(m.pop(entry))
             if not m:
                 del group[key]
@@ -153,14 +158,19 @@ class HeapCell(DictEntryReads):
         if self._ttl is not None or self._backend._record_hooks:
             return InternalMapState._entries_merge(self, rows, merge)
         table = self._table
-        groups, start, touch = table.groups, table.start, table.touch
+        groups, start, undos = table.groups, table.start, table.undo
         before = []
         for key, key_group, entry, value in rows:
-            m = groups[key_group - start].get(key)
+            group = groups[key_group - start]
+            m = group.get(key)
             stored = None if m is None else m.get(entry)
-            merged = merge(stored, value)
+            merged = value if stored is None else merge(stored, value)
             if merged is not stored:
-                group = touch(key_group, key, dict)
+                undo = undos.get(key_group)  # StateTable.touch inlined
+                if undo is None:
+                    undo = undos[key_group] = {}
+                if key not in undo:
+                    undo[key] = MISSING if m is None else dict(m)
                 if m is None:
                     m = group[key] = {}
                 m[entry] = merged
