@@ -29,6 +29,7 @@ from keyspan.datastream.output_tag import OutputTag
 from keyspan.datastream.window import SlidingEventTimeWindows, TumblingEventTimeWindows
 from keyspan.runtime.executor import JobExecutionError
 from savepoint_helpers import BackgroundJob, stop_with_savepoint, use_options, wait_for_checkpoints
+from test_windows import _RuntimeContext
 
 BOUND = 30       # ms, watermark bound
 LATENESS = 40    # ms, allowed lateness
@@ -800,15 +801,6 @@ class _OperatorTask:
         from keyspan.runtime.worker.timers import TimerService
         from keyspan.state.heap import HeapKeyedStateBackend
 
-        class RuntimeContext:
-            def __init__(self, backend):
-                self.backend = backend
-
-            def get_state(self, state_descriptor):
-                return self.backend.get_state(state_descriptor)
-
-            get_map_state = get_list_state = get_state
-
         if rocksdb_path is None:
             self.backend = HeapKeyedStateBackend("windows", range(self.KEY_GROUPS))
         else:
@@ -820,7 +812,7 @@ class _OperatorTask:
         self.ctx = KeyedContext(self.backend, self.cell, self.timers)
         self.timer_ctx = OnTimerContext(self.backend, self.cell, self.timers)
         self.op = operator
-        self.op.open(RuntimeContext(self.backend))
+        self.op.open(_RuntimeContext(self.backend))
         self.output = []  # (value, its timestamp)
         self.chunked = 0  # records that took the chunk path
 
@@ -845,24 +837,23 @@ class _OperatorTask:
             stamps = [r[1] for r in chunk] if timed else None
             if columns and hasattr(self.op, "process_columns") and (
                     not timed or self.op.columns_take_timestamps):
-                self._columns(chunk, kgs, stamps)
+                self._columns(chunk, keys, kgs, stamps)
                 continue
             batch = getattr(self.op, "process_batch", None)
             result = batch(self.backend, self.ctx, kgs, keys, chunk, stamps) if batch else None
             if result is None:
-                for i, (record, key, kg) in enumerate(zip(chunk, keys, kgs)):
-                    self._record(record, key, kg, stamps and stamps[i])
-                continue
-            outputs, out_stamps, leftover = result
-            self.chunked += len(chunk) - len(leftover)
-            for i, out in enumerate(outputs):
-                self.cell[0] = None if out_stamps is None else out_stamps[i]
-                self._emit(out)
+                leftover = range(len(chunk))
+            else:
+                outputs, out_stamps, leftover = result
+                self.chunked += len(chunk) - len(leftover)
+                for i, out in enumerate(outputs):
+                    self.cell[0] = None if out_stamps is None else out_stamps[i]
+                    self._emit(out)
             for i in leftover:
                 self._record(chunk[i], keys[i], kgs[i], stamps and stamps[i])
         self._fire(watermark_after)
 
-    def _columns(self, chunk, kgs, stamps) -> None:
+    def _columns(self, chunk, keys, kgs, stamps) -> None:
         import numpy as np
         import pyarrow as pa
 
@@ -873,16 +864,15 @@ class _OperatorTask:
                                          batch, named_row_class(tuple(batch.column_names)),
                                          None if stamps is None else np.array(stamps, dtype=np.int64))
         if result is None:
-            for i, (record, kg) in enumerate(zip(chunk, kgs)):
-                self._record(record, record[0], kg, stamps and stamps[i])
-            return
-        outputs, leftover = result
-        self.chunked += len(chunk) - len(leftover)
-        self.cell[0] = None
-        for out in rows_of_arrow(outputs) if outputs is not None else ():
-            self._emit(out)
+            leftover = range(len(chunk))
+        else:
+            outputs, leftover = result
+            self.chunked += len(chunk) - len(leftover)
+            self.cell[0] = None
+            for out in rows_of_arrow(outputs) if outputs is not None else ():
+                self._emit(out)
         for i in leftover:
-            self._record(chunk[i], chunk[i][0], kgs[i], stamps and stamps[i])
+            self._record(chunk[i], keys[i], kgs[i], stamps and stamps[i])
 
     def _fire(self, watermark: int) -> None:
         from keyspan.datastream.functions import TimeDomain
@@ -1035,51 +1025,44 @@ def _epochs(data, epoch_cut: int, chunk_cut: int) -> list[list[list]]:
 
 def _both_paths_epoch_by_epoch(chunked, per_record, data, epoch_cut, chunk_cut, failures, rocksdb: bool,
                                key_at: int, columns: bool, timed: bool = True) -> tuple[int, int]:
-    """Both operators fed the same epochs (the chunk path's on RocksDB if ``rocksdb``, else on the heap,
-    as Arrow columns if ``columns``; the per-record path's on the heap; ``timed``: the records carry
-    timestamps), compared after each (``_compared_epoch_by_epoch``)."""
-    if columns:
-        data = [Row(key=k, ts=ts, value=v) for k, ts, v in data]
+    """Both operators fed the same epochs and compared after each: the chunk path's on RocksDB if
+    ``rocksdb``, else on the heap, as Arrow columns if ``columns``; the per-record path's on the heap.
+    ``timed``: the records carry timestamps; ``key_at``: where an output holds its key. Returns how many
+    records took the chunk path, and how many results the per-record path gave that were not late records."""
     import shutil
     import tempfile
 
+    if columns:
+        data = [Row(key=k, ts=ts, value=v) for k, ts, v in data]
     folder = tempfile.mkdtemp(prefix="keyspan-chunk-paths-") if rocksdb else None
-    fast = _OperatorTask(chunked, folder)
+    fast, slow = _OperatorTask(chunked, folder), _OperatorTask(per_record)
     try:
-        return _compared_epoch_by_epoch(fast, _OperatorTask(per_record), data, epoch_cut, chunk_cut, failures,
-                                        key_at, columns, timed)
+        fast_out, slow_out = [], []
+        watermark, largest, attempt = -(2 ** 63), None, 0
+        for number, chunks in enumerate(_epochs(data, epoch_cut, chunk_cut)):
+            stamps = [r[1] for chunk in chunks for r in chunk]
+            largest = max(stamps if largest is None else [largest, *stamps])
+            after = max(watermark, largest - BOUND - 1)
+            while True:
+                fast.epoch(chunks, watermark, after, columns, timed)
+                slow.epoch(chunks, watermark, after, timed=timed)
+                assert fast.state() == slow.state(), f"epoch {number}: the paths' states differ"
+                assert _by_key(fast.output, key_at) == _by_key(slow.output, key_at), \
+                    f"epoch {number}: the paths' outputs differ"
+                commit = attempt not in failures
+                attempt += 1
+                fast_out += fast.end_epoch(commit)
+                slow_out += slow.end_epoch(commit)
+                if commit:
+                    break
+                assert fast.state() == slow.state(), f"epoch {number} rolled back: the paths' states differ"
+            watermark = after
+        for task in (fast, slow):  # the end of the input
+            task.epoch([], watermark, 2 ** 63 - 1)
+        assert fast.state() == slow.state()
+        assert _by_key(fast.output + fast_out, key_at) == _by_key(slow.output + slow_out, key_at)
+        return fast.chunked, sum(1 for value, _ in slow_out if not isinstance(value[0], OutputTag))
     finally:
         if folder is not None:
             fast.backend.close()
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _compared_epoch_by_epoch(fast, slow, data, epoch_cut, chunk_cut, failures, key_at: int, columns: bool,
-                             timed: bool) -> tuple[int, int]:
-    """``key_at``: where an output holds its key. Returns how many records took the chunk path, and how
-    many results the per-record path gave that were not late records."""
-    fast_out, slow_out = [], []
-    watermark, largest, attempt = -(2 ** 63), None, 0
-    for number, chunks in enumerate(_epochs(data, epoch_cut, chunk_cut)):
-        stamps = [r[1] for chunk in chunks for r in chunk]
-        largest = max(stamps if largest is None else [largest, *stamps])
-        after = max(watermark, largest - BOUND - 1)
-        while True:
-            fast.epoch(chunks, watermark, after, columns, timed)
-            slow.epoch(chunks, watermark, after, timed=timed)
-            assert fast.state() == slow.state(), f"epoch {number}: the paths' states differ"
-            assert _by_key(fast.output, key_at) == _by_key(slow.output, key_at), \
-                f"epoch {number}: the paths' outputs differ"
-            commit = attempt not in failures
-            attempt += 1
-            fast_out += fast.end_epoch(commit)
-            slow_out += slow.end_epoch(commit)
-            if commit:
-                break
-            assert fast.state() == slow.state(), f"epoch {number} rolled back: the paths' states differ"
-        watermark = after
-    for task in (fast, slow):  # the end of the input
-        task.epoch([], watermark, 2 ** 63 - 1)
-    assert fast.state() == slow.state()
-    assert _by_key(fast.output + fast_out, key_at) == _by_key(slow.output + slow_out, key_at)
-    return fast.chunked, sum(1 for value, _ in slow_out if not isinstance(value[0], OutputTag))
